@@ -1,0 +1,36 @@
+# Two commands for a fresh machine (Python 3.11 and git assumed):
+#   make run    train the embedded default (PPO on torch-native Pendulum, about a minute on 2 cores)
+#   make test   run the test suite
+# Both create or reuse the virtual environment in $(VENV) and install what they need; torch is held to the
+# CPU wheel through .ci/constraints.txt.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.ctrl_rl-installed
+
+.PHONY: run test test-slow bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): setup.cfg pyproject.toml .ci/constraints.txt | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c .ci/constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m ctrl_rl train ppo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -c .ci/constraints.txt -e ".[test,bench]"
+	$(PY) experiments/bench/ppo_halfcheetah_sps.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,365 @@
+"""Proximal Policy Optimization built for massive parallelism.
+
+Paper: Schulman et al. 2017, "Proximal Policy Optimization Algorithms"; GAE from Schulman et al. 2016.
+Co-scaling of the number of environments: Beukman et al. 2026, "Preventing Learning Stagnation in PPO by
+Scaling to 1 Million Parallel Environments" (see ``scale_envs``).
+
+Losses, for a minibatch with old log-probs ``logp_old``, advantages ``A`` and value targets ``R``:
+
+    ratio    = exp(logp - logp_old)
+    L_policy = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))
+    L_value  = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))   (clipped)
+             = 0.5 * mean((V - R)^2)                                                    (unclipped)
+    L        = L_policy + vf_coef * L_value - ent_coef * entropy
+
+Deliberate choices:
+- Truncated steps bootstrap from ``V(final_obs)``; terminated steps do not (core.returns.gae).
+- The whole rollout and update stay on the device; minibatches are slices of one index permutation.
+- Observation statistics are frozen during an iteration (collection and update use the same
+  normalizer) and updated from the iteration's observations after the gradient steps, so that the
+  first-epoch ratio is exactly 1.
+- The KL-adaptive learning rate (as in rsl_rl) adapts once per epoch from the epoch's mean approx-KL
+  (one host sync per epoch, not per minibatch).
+
+Shape letters: T rollout steps, N envs, B minibatch, O obs dim, A action dim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Literal
+
+import torch
+from torch import nn
+
+from ctrl_rl.core.distributions import (
+    categorical_entropy,
+    categorical_log_prob,
+    categorical_sample,
+    normal_entropy,
+    normal_log_prob,
+)
+from ctrl_rl.core.nets import Activation, RunningNorm, mlp
+from ctrl_rl.core.returns import gae
+from ctrl_rl.core.types import Rollout
+from ctrl_rl.envs.protocol import EnvSpec
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters (defaults: a fast, robust setting for many parallel torch-native envs)."""
+
+    rollout_steps: int = 32
+    """T: env steps collected per env between updates."""
+    epochs: int = 5
+    """Passes over the rollout per update."""
+    minibatch_size: int = 8192
+    """Samples per gradient step; the rollout of T*N samples is cut into ceil(T*N / minibatch_size) minibatches."""
+    lr: float = 3e-4
+    """Adam learning rate (initial value when kl_adaptive_lr or anneal_lr is on)."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_eps: float = 0.2
+    """Clip range of the probability ratio."""
+    clip_value_loss: bool = True
+    """Clip the value update around the old values with the same range (False: plain squared error)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip (<= 0 disables)."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch."""
+    kl_adaptive_lr: bool = False
+    """Adapt the learning rate to keep approx-KL near desired_kl (x1.5 / /1.5 steps, within [1e-5, 1e-2])."""
+    desired_kl: float = 0.01
+    """Target approx-KL for kl_adaptive_lr."""
+    target_kl: float | None = None
+    """Stop the epochs of an update early once the epoch's approx-KL exceeds this (None: never)."""
+    actor_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the policy network."""
+    critic_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the value network."""
+    activation: Activation = "tanh"
+    """Hidden activation."""
+    init_log_std: float = 0.0
+    """Initial state-independent log standard deviation of the Gaussian head."""
+    obs_norm: bool = True
+    """Normalize observations with running mean/std (folded into exported policies)."""
+    value_chunk: int = 262144
+    """Samples per chunk when computing values of the whole rollout (bounds memory at 10^6 envs)."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "rollout_steps": self.rollout_steps >= 1,
+            "epochs": self.epochs >= 1,
+            "minibatch_size": self.minibatch_size >= 1,
+            "lr": self.lr > 0,
+            "gamma": 0 <= self.gamma <= 1,
+            "gae_lambda": 0 <= self.gae_lambda <= 1,
+            "clip_eps": self.clip_eps > 0,
+            "desired_kl": self.desired_kl > 0,
+            "value_chunk": self.value_chunk >= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"invalid PPO setting {name}={getattr(self, name)!r}")
+
+
+def scale_envs(num_envs: int, config: PPOConfig, k: int) -> tuple[int, PPOConfig]:
+    """Multiply the environments by ``k`` and co-scale PPO's hyperparameters.
+
+    Rule implemented (keep the inner loop fixed, let the outer batch grow): rollout length T, minibatch
+    size, learning rate, epochs and clip range stay unchanged, so each update sees k times more samples
+    and takes k times more gradient steps of the same size; this lowers the noise of the outer-loop
+    update without changing its per-step size. See ALGORITHMS.md §6.2 and the note in the README on what
+    was verified against the paper.
+    """
+    if k < 1:
+        raise ValueError(f"scale_envs factor must be >= 1, got {k}")
+    return num_envs * k, replace(config)
+
+
+def ppo_losses(
+    cfg: PPOConfig,
+    logp: torch.Tensor,  # [B]
+    entropy: torch.Tensor,  # [B]
+    value: torch.Tensor,  # [B]
+    logp_old: torch.Tensor,  # [B]
+    value_old: torch.Tensor,  # [B]
+    adv: torch.Tensor,  # [B]
+    ret: torch.Tensor,  # [B]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate + (clipped) value loss + entropy bonus; returns the total and its parts."""
+    if cfg.norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    log_ratio = logp - logp_old  # [B]
+    ratio = log_ratio.exp()  # [B]
+    surr = torch.min(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+    policy_loss = -surr.mean()
+    if cfg.clip_value_loss:
+        v_clip = value_old + (value - value_old).clamp(-cfg.clip_eps, cfg.clip_eps)
+        value_loss = 0.5 * torch.max((value - ret).square(), (v_clip - ret).square()).mean()
+    else:
+        value_loss = 0.5 * (value - ret).square().mean()
+    ent = entropy.mean()
+    loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * ent
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator, >= 0
+        clip_frac = ((ratio - 1).abs() > cfg.clip_eps).float().mean()
+    parts = {"policy": policy_loss, "value": value_loss, "entropy": ent, "approx_kl": approx_kl, "clip_frac": clip_frac}
+    return loss, parts
+
+
+class ActorCritic(nn.Module):
+    """Gaussian (state-independent log-std) or categorical policy and a separate value network."""
+
+    def __init__(self, cfg: PPOConfig, spec: EnvSpec):
+        super().__init__()
+        self.discrete = spec.discrete
+        obs_dim = spec.obs_dim
+        self.norm = RunningNorm((obs_dim,)) if cfg.obs_norm else nn.Identity()
+        self.actor = mlp(obs_dim, cfg.actor_hidden, spec.action_dim, cfg.activation, out_gain=0.01)
+        self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, out_gain=1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(cfg.init_log_std)))
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.norm(obs.flatten(1))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)  # [B]
+
+    def dist_params(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor(x)  # [B,A] mean or logits
+
+    def log_prob_entropy(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.actor(x)  # [B,A]
+        if self.discrete:
+            return categorical_log_prob(out, action), categorical_entropy(out)
+        log_std = self.log_std.expand_as(out)
+        return normal_log_prob(action, out, log_std), normal_entropy(log_std)
+
+
+class DeterministicPolicy(nn.Module):
+    """Exported policy: raw observation -> deterministic action (agent action space, clipped to [-1, 1])."""
+
+    def __init__(self, ac: ActorCritic):
+        super().__init__()
+        self.norm, self.actor, self.discrete = ac.norm, ac.actor, ac.discrete
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.actor(self.norm(obs.flatten(1)))
+        return out.argmax(-1) if self.discrete else out.clamp(-1.0, 1.0)
+
+
+class PPO:
+    """Owns the actor-critic and its optimizer; the on-policy loop owns envs, storage and logging."""
+
+    name = "ppo"
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        spec: EnvSpec,
+        device: torch.device | str = "cpu",
+        generator: torch.Generator | None = None,
+        grad_reduce: Callable[[list[torch.Tensor]], None] | None = None,
+        stats_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        """``grad_reduce`` averages gradients in place across data-parallel ranks and ``stats_reduce`` sums
+        a tensor across ranks; both are None for single-process training."""
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.gen = generator if generator is not None else torch.Generator(device=self.device)
+        self.ac = ActorCritic(config, spec).to(self.device)
+        self.params = [p for p in self.ac.parameters() if p.requires_grad]
+        self.opt = torch.optim.Adam(self.params, lr=config.lr, eps=1e-5)
+        self.lr = config.lr
+        self.grad_reduce, self.stats_reduce = grad_reduce, stats_reduce
+
+    # -- acting -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stochastic action and its log-prob for a batch of observations ``[N,O]``."""
+        out = self.ac.actor(self.ac.features(obs))  # [N,A]
+        if self.spec.discrete:
+            action = categorical_sample(out, self.gen)  # [N]
+            return action, categorical_log_prob(out, action)
+        log_std = self.ac.log_std.expand_as(out)  # [N,A]
+        noise = torch.randn(out.shape, generator=self.gen, device=out.device, dtype=out.dtype)  # [N,A]
+        action = out + noise * log_std.exp()  # [N,A]
+        return action, normal_log_prob(action, out, log_std)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        if deterministic:
+            return DeterministicPolicy(self.ac)(obs)
+        return self.sample(obs)[0]
+
+    def exportable(self) -> nn.Module:
+        return DeterministicPolicy(self.ac)
+
+    # -- learning -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _values(self, obs: torch.Tensor) -> torch.Tensor:
+        """Values of ``[T,N,O]`` observations in chunks -> ``[T,N]``."""
+        flat = obs.reshape(-1, *obs.shape[2:])  # [T*N,O]
+        out = torch.cat([self.ac.value(c) for c in flat.split(self.config.value_chunk)])  # [T*N]
+        return out.view(obs.shape[0], obs.shape[1])
+
+    def set_lr_fraction(self, frac: float) -> None:
+        """Linear annealing hook: set lr = config.lr * frac (used when anneal_lr is on)."""
+        self.lr = self.config.lr * frac
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr
+
+    def update(self, batch: Rollout) -> dict[str, float]:
+        cfg = self.config
+        T, N = batch.reward.shape
+        value = self._values(batch.obs)  # [T,N]
+        next_value = self._values(batch.final_obs)  # [T,N]
+        adv, ret = gae(batch.reward, value, next_value, batch.terminated, batch.terminated | batch.truncated,
+                       cfg.gamma, cfg.gae_lambda)  # [T,N], [T,N]
+        S = T * N
+        obs = batch.obs.reshape(S, *batch.obs.shape[2:])  # [S,O]
+        act = batch.action.reshape(S, *batch.action.shape[2:])  # [S,A] or [S]
+        logp_old, v_old = batch.logp.reshape(S), value.reshape(S)  # [S]
+        adv_f, ret_f = adv.reshape(S), ret.reshape(S)  # [S]
+        mb = min(cfg.minibatch_size, S)
+        n_mb = math.ceil(S / mb)
+        sums = torch.zeros(6, device=self.device)  # policy, value, entropy, kl, clipfrac, grad_norm
+        steps = 0
+        epochs_done = 0
+        epoch_kls = []
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(S, generator=self.gen, device=self.device)  # [S]
+            epoch_kl = torch.zeros((), device=self.device)
+            for i in range(n_mb):
+                idx = perm[i * mb:(i + 1) * mb]  # [B]
+                x = self.ac.features(obs[idx])  # [B,O]
+                logp, ent = self.ac.log_prob_entropy(x, act[idx])
+                v = self.ac.critic(x).squeeze(-1)  # [B]
+                loss, parts = ppo_losses(cfg, logp, ent, v, logp_old[idx], v_old[idx], adv_f[idx], ret_f[idx])
+                self.opt.zero_grad(set_to_none=False)
+                loss.backward()
+                if self.grad_reduce is not None:
+                    self.grad_reduce([p.grad for p in self.params])
+                if cfg.max_grad_norm > 0:
+                    gn = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                else:
+                    gn = torch.zeros((), device=self.device)
+                self.opt.step()
+                sums += torch.stack([parts["policy"].detach(), parts["value"].detach(), parts["entropy"].detach(),
+                                     parts["approx_kl"], parts["clip_frac"], gn.detach()])
+                epoch_kl += parts["approx_kl"]
+                steps += 1
+            epochs_done += 1
+            if cfg.kl_adaptive_lr or cfg.target_kl is not None:
+                kl = epoch_kl / n_mb
+                if self.stats_reduce is not None:
+                    kl = self.stats_reduce(kl) / self.world_size()
+                kl = float(kl)  # one host sync per epoch
+                epoch_kls.append(kl)
+                if cfg.kl_adaptive_lr:
+                    if kl > 2.0 * cfg.desired_kl:
+                        self.lr = max(1e-5, self.lr / 1.5)
+                    elif kl < cfg.desired_kl / 2.0:
+                        self.lr = min(1e-2, self.lr * 1.5)
+                    for g in self.opt.param_groups:
+                        g["lr"] = self.lr
+                if cfg.target_kl is not None and kl > cfg.target_kl:
+                    break
+        if cfg.obs_norm:
+            self._update_norm(batch.obs)
+        m = (sums / steps).tolist()
+        with torch.no_grad():
+            explained = 1 - (ret - value).var() / (ret.var() + 1e-8)
+        info = {
+            "loss/policy": m[0], "loss/value": m[1], "stats/entropy": m[2], "stats/approx_kl": m[3],
+            "stats/clip_frac": m[4], "stats/grad_norm": m[5], "stats/grad_steps": float(steps),
+            "stats/epochs": float(epochs_done), "stats/lr": self.lr, "stats/value_mean": float(value.mean()),
+            "stats/explained_var": float(explained), "stats/adv_std": float(adv.std()),
+        }
+        if not self.spec.discrete:
+            info["stats/action_std"] = float(self.ac.log_std.detach().exp().mean())
+        return info
+
+    def world_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+    @torch.no_grad()
+    def _update_norm(self, obs: torch.Tensor) -> None:
+        x = obs.reshape(-1, self.spec.obs_dim).double()  # [S,O]
+        cnt = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
+        s1, s2 = x.sum(0), x.square().sum(0)  # [O]
+        if self.stats_reduce is not None:
+            packed = self.stats_reduce(torch.cat([s1, s2, cnt.view(1)]))
+            s1, s2, cnt = packed[: len(s1)], packed[len(s1): 2 * len(s1)], packed[-1]
+        mean = s1 / cnt
+        var = (s2 / cnt - mean.square()).clamp_min(0)
+        norm = self.ac.norm
+        norm.merge(mean.to(norm.mean.dtype), var.to(norm.var.dtype), cnt)
+
+    # -- state --------------------------------------------------------------------------------------
+    def parameters_finite(self) -> bool:
+        return bool(torch.stack([p.detach().isfinite().all() for p in self.params]).all())
+
+    def state_dict(self) -> dict:
+        return {"ac": self.ac.state_dict(), "opt": self.opt.state_dict(), "lr": self.lr,
+                "gen": self.gen.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ac.load_state_dict(state["ac"])
+        self.opt.load_state_dict(state["opt"])
+        self.lr = state["lr"]
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr
+        self.gen.set_state(state["gen"])

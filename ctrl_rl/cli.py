@@ -1,0 +1,291 @@
+"""The `ctrl-rl` command line: train, eval, plot, list.
+
+    ctrl-rl train ppo --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
+                      [--preset NAME] [--device cpu|cuda] [--resume DIR] [every PPO hyperparameter]
+    ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
+    ctrl-rl plot RUN_DIR [--out PNG]
+    ctrl-rl list envs|algos|presets
+
+Flags of `train` come from the typed config dataclasses through tyro. Bad input (unknown env, algo,
+preset or flag, invalid values, missing or broken run directories and checkpoints) prints one sentence
+to stderr and exits with code 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Generic, TypeVar
+
+import tyro
+
+from ctrl_rl.config import RunConfig
+from ctrl_rl.errors import UserInputError
+
+USAGE = __doc__.split("\n\n")[1]
+C = TypeVar("C")
+
+ALGOS = {"ppo": "Proximal Policy Optimization for many parallel envs (Gaussian or categorical head)"}
+
+
+@dataclass(frozen=True)
+class TrainArgs(Generic[C]):
+    """RunConfig and the algorithm's config, both flattened into one flag namespace."""
+
+    run: Annotated[RunConfig, tyro.conf.OmitArgPrefixes]
+    algo: Annotated[C, tyro.conf.OmitArgPrefixes]
+
+
+RESUME_OVERRIDES = {"total_steps", "progress", "threads", "log_every", "checkpoint_every", "resume"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from ctrl_rl.learn.onpolicy import TrainingDiverged
+
+    try:
+        return _dispatch(argv)
+    except UserInputError as e:
+        print(f"ctrl-rl: error: {e}", file=sys.stderr)
+        return 2
+    except TrainingDiverged as e:
+        print(f"ctrl-rl: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ctrl-rl: interrupted; the last checkpoint is kept", file=sys.stderr)
+        return 130
+
+
+def _dispatch(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage:\n" + USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    commands = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "list": cmd_list}
+    if cmd not in commands:
+        raise UserInputError(f"unknown command {cmd!r}: expected one of {sorted(commands)}")
+    return commands[cmd](rest)
+
+
+# -- argument parsing helpers ------------------------------------------------------------------------------
+def _flag_names(*classes: type) -> set[str]:
+    names = {"--help", "-h"}
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            n = f.name.replace("_", "-")
+            names |= {f"--{n}", f"--{f.name}", f"--no-{n}", f"--no_{f.name}"}
+    return names
+
+
+def _check_flags(args: list[str], valid: set[str], command: str) -> None:
+    import difflib
+
+    for tok in args:
+        if tok.startswith("-") and not re.fullmatch(r"-\d.*|-\.\d.*|-inf|-nan", tok):
+            name = tok.split("=", 1)[0]
+            if name not in valid:
+                close = difflib.get_close_matches(name, sorted(valid), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise UserInputError(f"unknown flag {name!r} for `{command}`{hint}: see `{command} --help` for the flags it takes")
+
+
+def _tyro_parse(cls, args: list[str], default, prog: str):
+    """Run tyro, turning its boxed error into one sentence (UserInputError) and passing --help through."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            return tyro.cli(cls, args=args, default=default, prog=prog)
+    except SystemExit as e:
+        if e.code in (0, None):
+            sys.stdout.write(out.getvalue())
+            raise
+        text = err.getvalue() + out.getvalue()
+        lines = [re.sub(r"^[\s│╭╰├|+]+|[\s│╮╯┤|+]+$", "", ln) for ln in text.splitlines()]
+        lines = [ln for ln in lines if ln and not set(ln) <= set("─━-=+ ")]
+        # tyro prints a titled box: the title ("Value error"), then the message, then help text
+        first = lines[1] if len(lines) > 1 else (lines[0] if lines else "invalid arguments")
+        first = re.sub(r"^Error parsing (run|algo): ", "", first)
+        raise UserInputError(f"{first.rstrip('.')}: see `{prog} --help` for the expected flags and types") from None
+
+
+def _pop_value(args: list[str], flag: str) -> str | None:
+    for i, tok in enumerate(args):
+        if tok == flag and i + 1 < len(args):
+            return args[i + 1]
+        if tok.startswith(flag + "="):
+            return tok.split("=", 1)[1]
+    return None
+
+
+def _given(args: list[str]) -> set[str]:
+    out = set()
+    for tok in args:
+        if tok.startswith("--"):
+            name = tok[2:].split("=", 1)[0].replace("-", "_")
+            out.add(name[3:] if name.startswith("no_") else name)
+    return out
+
+
+# -- train ----------------------------------------------------------------------------------------------
+def cmd_train(args: list[str]) -> int:
+    from ctrl_rl.config import ALGO_CONFIGS, from_dict, load_config, load_preset
+
+    if not args or args[0] in ("-h", "--help"):
+        print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {sorted(ALGO_CONFIGS)}; `ctrl-rl train ppo --help` lists the flags)")
+        return 0 if args else 2
+    algo, rest = args[0], args[1:]
+    if algo not in ALGO_CONFIGS:
+        import difflib
+
+        close = difflib.get_close_matches(algo, ALGO_CONFIGS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserInputError(f"unknown algorithm {algo!r}{hint}: expected one of {sorted(ALGO_CONFIGS)}")
+    cfg_cls = ALGO_CONFIGS[algo]
+    prog = f"ctrl-rl train {algo}"
+    _check_flags(rest, _flag_names(RunConfig, cfg_cls), prog)
+
+    resume_dir = _pop_value(rest, "--resume")
+    if resume_dir is not None:
+        run_dir = Path(resume_dir)
+        if not (run_dir / "config.json").is_file():
+            raise UserInputError(f"resume directory {resume_dir!r} has no config.json: expected a run directory written by `ctrl-rl train`")
+        saved_algo, run0, cfg0 = load_config(run_dir / "config.json")
+        if saved_algo != algo:
+            raise UserInputError(f"resume directory {resume_dir!r} holds a {saved_algo!r} run: expected a {algo!r} run")
+        from ctrl_rl.learn.checkpoint import load_checkpoint
+
+        load_checkpoint(run_dir / "checkpoints" / "latest.pt", expect_algo=algo)  # validate before anything else
+        extra = _given(rest) - RESUME_OVERRIDES
+        if extra:
+            raise UserInputError(f"--{sorted(extra)[0].replace('_', '-')} cannot change when resuming: expected only "
+                                 f"{', '.join('--' + o.replace('_', '-') for o in sorted(RESUME_OVERRIDES))}")
+        parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run0, cfg0), prog)
+        run = dataclasses.replace(run0, total_steps=parsed.run.total_steps, progress=parsed.run.progress,
+                                  threads=parsed.run.threads, log_every=parsed.run.log_every,
+                                  checkpoint_every=parsed.run.checkpoint_every, resume=str(run_dir))
+        return _run_training(algo, run, cfg0, run_dir, resume=True)
+
+    preset_name = _pop_value(rest, "--preset")
+    run_defaults: dict = {}
+    cfg_defaults: dict = {}
+    if preset_name is not None:
+        preset = load_preset(preset_name)
+        if preset.algo != algo:
+            raise UserInputError(f"preset {preset_name!r} is for {preset.algo!r}: expected a preset for {algo!r}")
+        run_defaults, cfg_defaults = dict(preset.run), dict(preset.config)
+        run_defaults["preset"] = preset_name
+    elif not rest or all(not t.startswith("--env") for t in rest):
+        from ctrl_rl.config import DEFAULT_PRESET
+
+        if algo == DEFAULT_PRESET.algo:  # no env and no preset given: the embedded default
+            run_defaults, cfg_defaults = dict(DEFAULT_PRESET.run), dict(DEFAULT_PRESET.config)
+            run_defaults["preset"] = DEFAULT_PRESET.name
+    run_d = from_dict(RunConfig, run_defaults, "preset run")
+    cfg_d = from_dict(cfg_cls, cfg_defaults, f"preset {algo} config")
+    parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run_d, cfg_d), prog)
+    run, cfg = parsed.run, parsed.algo
+    if run.scale_envs > 1:
+        from ctrl_rl.algos.ppo import scale_envs
+
+        n, cfg = scale_envs(run.num_envs, cfg, run.scale_envs)
+        run = dataclasses.replace(run, num_envs=n, scale_envs=1)
+    if run.run_dir is not None:
+        run_dir = Path(run.run_dir)
+        if (run_dir / "checkpoints" / "latest.pt").exists() or (run_dir / "config.json").exists():
+            raise UserInputError(f"run directory {run.run_dir!r} already holds a run: expected a new directory, or --resume {run.run_dir}")
+    else:
+        safe_env = re.sub(r"[^A-Za-z0-9._-]+", "_", run.env)
+        run_dir = Path("runs") / f"{algo}-{safe_env}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return _run_training(algo, run, cfg, run_dir, resume=False)
+
+
+def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
+    from ctrl_rl.learn import distributed as D
+    from ctrl_rl.learn.onpolicy import train_onpolicy
+
+    dist_info = D.init_from_env(run.device)
+    try:
+        if dist_info.enabled:
+            import torch.distributed as dist
+
+            obj = [str(run_dir)]
+            dist.broadcast_object_list(obj, src=0)
+            run_dir = Path(obj[0])
+        res = train_onpolicy(run, cfg, run_dir, resume=resume, dist_info=dist_info)
+        if dist_info.is_main:
+            png = None
+            try:
+                from ctrl_rl.plot import plot_run
+
+                png = plot_run(run_dir)
+            except Exception as e:  # a plot must never fail a finished run
+                print(f"ctrl-rl: could not draw the learning curve ({e})", file=sys.stderr)
+            print(json.dumps({"run_dir": str(run_dir), "step": res.step, "episode_return": res.last_return,
+                              "wall_time_s": round(res.wall_time, 1)}))
+            print(f"run:         {run_dir}\ncheckpoint:  {run_dir / 'checkpoints' / 'latest.pt'}\n"
+                  f"tensorboard: tensorboard --logdir {run_dir}\nplot:        {png}")
+    finally:
+        D.shutdown()
+    return 0
+
+
+# -- eval -----------------------------------------------------------------------------------------------
+def cmd_eval(args: list[str]) -> int:
+    from ctrl_rl.learn.evaluate import EvalOptions, evaluate_checkpoint
+
+    prog = "ctrl-rl eval"
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K] [--device cpu|cuda]")
+        return 0 if args else 2
+    path, rest = args[0], args[1:]
+    _check_flags(rest, _flag_names(EvalOptions), prog)
+    opts = _tyro_parse(EvalOptions, rest, EvalOptions(), prog)
+    print(json.dumps(evaluate_checkpoint(path, opts)))
+    return 0
+
+
+# -- plot -----------------------------------------------------------------------------------------------
+def cmd_plot(args: list[str]) -> int:
+    from ctrl_rl.plot import plot_run
+
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: ctrl-rl plot RUN_DIR [--out PNG]")
+        return 0 if args else 2
+    run_dir, rest = args[0], args[1:]
+    _check_flags(rest, {"--out", "-h", "--help"}, "ctrl-rl plot")
+    out = _pop_value(rest, "--out")
+    print(plot_run(Path(run_dir), Path(out) if out else None))
+    return 0
+
+
+# -- list -----------------------------------------------------------------------------------------------
+def cmd_list(args: list[str]) -> int:
+    what = args[0] if args else None
+    if what not in ("envs", "algos", "presets"):
+        raise UserInputError(f"`ctrl-rl list` takes one of envs, algos, presets: got {what!r}")
+    if what == "envs":
+        from ctrl_rl.envs.registry import list_envs
+
+        for e in list_envs():
+            print(e)
+    elif what == "algos":
+        for name, desc in ALGOS.items():
+            print(f"{name:10s} {desc}")
+    else:
+        from ctrl_rl.config import list_presets
+
+        for name, p in list_presets().items():
+            print(f"{name:14s} {p.algo:6s} {p.description}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

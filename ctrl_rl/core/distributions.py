@@ -1,0 +1,44 @@
+"""Log-densities and entropies as plain tensor functions (no torch.distributions validation overhead)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_LOG_2PI = math.log(2 * math.pi)
+
+
+def normal_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim of the diagonal Gaussian log-density: ``[...,A] -> [...]``."""
+    z = (x - mean) * torch.exp(-log_std)
+    return (-0.5 * z.square() - log_std - 0.5 * _LOG_2PI).sum(-1)
+
+
+def normal_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian, summed over the last dim."""
+    return (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1)
+
+
+def normal_kl(mean0: torch.Tensor, log_std0: torch.Tensor, mean1: torch.Tensor, log_std1: torch.Tensor) -> torch.Tensor:
+    """KL(N0 || N1) for diagonal Gaussians, summed over the last dim."""
+    var0, var1 = torch.exp(2 * log_std0), torch.exp(2 * log_std1)
+    return (log_std1 - log_std0 + (var0 + (mean0 - mean1).square()) / (2 * var1) - 0.5).sum(-1)
+
+
+def categorical_log_prob(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``logits [...,K]``, integer ``action [...]`` -> ``[...]``."""
+    logp = torch.log_softmax(logits, -1)
+    return logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+
+def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits, -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def categorical_sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Gumbel-max sampling with an explicit generator: ``[...,K] -> [...]`` int64."""
+    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    gumbel = -torch.log(-torch.log(u.clamp_min(1e-20)))
+    return (logits + gumbel).argmax(-1)

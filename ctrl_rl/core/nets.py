@@ -1,0 +1,76 @@
+"""Small network building blocks shared by the algorithms."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import nn
+
+Activation = Literal["tanh", "relu", "elu", "silu"]
+_ACT = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def mlp(
+    in_dim: int,
+    hidden: tuple[int, ...],
+    out_dim: int,
+    activation: Activation = "tanh",
+    layer_norm: bool = False,
+    out_gain: float = 1.0,
+) -> nn.Sequential:
+    """Linear layers with orthogonal init (gain sqrt 2 hidden, ``out_gain`` last) and zero biases."""
+    layers: list[nn.Module] = []
+    dims = (in_dim, *hidden)
+    for a, b in zip(dims[:-1], dims[1:]):
+        lin = nn.Linear(a, b)
+        nn.init.orthogonal_(lin.weight, math.sqrt(2))
+        nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if layer_norm:
+            layers.append(nn.LayerNorm(b))
+        layers.append(_ACT[activation]())
+    last = nn.Linear(dims[-1], out_dim)
+    nn.init.orthogonal_(last.weight, out_gain)
+    nn.init.zeros_(last.bias)
+    layers.append(last)
+    return nn.Sequential(*layers)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance normalizer (parallel Welford / Chan et al. merge) kept as buffers.
+
+    Buffers travel with ``state_dict`` and are folded into exported policies. ``update`` takes a batch
+    ``[B,O]``; ``forward`` returns ``clip((x - mean) / sqrt(var + eps))``.
+    """
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+        self.clip = clip
+        self.eps = eps
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, *self.mean.shape)  # [B,O]
+        b_mean = x.mean(0)  # [O]
+        b_var = x.var(0, unbiased=False)  # [O]
+        self.merge(b_mean, b_var, torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device))
+
+    @torch.no_grad()
+    def merge(self, b_mean: torch.Tensor, b_var: torch.Tensor, b_count: torch.Tensor) -> None:
+        """Merge the moments of another batch (used directly by data-parallel training)."""
+        tot = self.count + b_count
+        w = (b_count / tot).to(self.mean.dtype)
+        delta = b_mean - self.mean  # [O]
+        new_mean = self.mean + delta * w
+        m2 = self.var * (1 - w) + b_var * w + delta.square() * w * (1 - w)
+        self.mean.copy_(new_mean)
+        self.var.copy_(m2)
+        self.count.copy_(tot)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)

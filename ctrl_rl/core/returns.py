@@ -1,0 +1,69 @@
+"""Return and advantage estimators as pure functions of tensors.
+
+Shape letters: T time, N envs. Every function here is checked against hand-computed numbers in
+tests/core/test_returns.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gae(
+    reward: torch.Tensor,  # [T,N]
+    value: torch.Tensor,  # [T,N]  V(s_t)
+    next_value: torch.Tensor,  # [T,N]  V of the state reached at t+1 (V(final_obs) where the episode ended)
+    terminated: torch.Tensor,  # [T,N] bool: true termination, no bootstrap
+    done: torch.Tensor,  # [T,N] bool: terminated | truncated, cuts the advantage recursion
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016) with correct time-limit handling.
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * next_value_t - value_t`` and
+    ``A_t = delta_t + gamma * lam * (1 - done_t) * A_{t+1}``.
+
+    A truncated step bootstraps from ``next_value`` (the value of ``final_obs``) but does not carry the
+    advantage of the next episode back; a terminated step does neither. Returns ``(advantage, return)``,
+    both ``[T,N]``, where ``return = advantage + value`` is the value target.
+    """
+    if not (reward.shape == value.shape == next_value.shape == terminated.shape == done.shape):
+        raise ValueError(
+            f"gae expects equal [T,N] shapes, got reward {tuple(reward.shape)}, value {tuple(value.shape)}, "
+            f"next_value {tuple(next_value.shape)}, terminated {tuple(terminated.shape)}, done {tuple(done.shape)}"
+        )
+    not_term = (~terminated).to(reward.dtype)  # [T,N]
+    not_done = (~done).to(reward.dtype)  # [T,N]
+    delta = reward + gamma * not_term * next_value - value  # [T,N]
+    carry = gamma * lam * not_done  # [T,N]
+    adv = torch.empty_like(reward)  # [T,N]
+    last = torch.zeros_like(reward[0])  # [N]
+    for t in range(reward.shape[0] - 1, -1, -1):
+        last = delta[t] + carry[t] * last
+        adv[t] = last
+    return adv, adv + value
+
+
+def discounted_returns(
+    reward: torch.Tensor, terminated: torch.Tensor, done: torch.Tensor, bootstrap: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """Monte-Carlo return-to-go per step, ``[T,N]``; ``bootstrap [T,N]`` is added (discounted) at truncations.
+
+    ``G_t = r_t + gamma * ((1 - done_t) * G_{t+1} + (done_t & ~terminated_t) * bootstrap_t)``; the last row
+    bootstraps from ``bootstrap[-1]`` unless it terminated.
+    """
+    not_done = (~done).to(reward.dtype)  # [T,N]
+    trunc = (done & ~terminated).to(reward.dtype)  # [T,N]
+    out = torch.empty_like(reward)  # [T,N]
+    nxt = bootstrap[-1] * (~terminated[-1]).to(reward.dtype)  # [N]
+    for t in range(reward.shape[0] - 1, -1, -1):
+        if t < reward.shape[0] - 1:
+            nxt = not_done[t] * out[t + 1] + trunc[t] * bootstrap[t]
+        out[t] = reward[t] + gamma * nxt
+    return out
+
+
+@torch.no_grad()
+def polyak_(target: list[torch.Tensor], source: list[torch.Tensor], tau: float) -> None:
+    """In place ``target <- (1 - tau) * target + tau * source`` for lists of tensors (fused lerp)."""
+    torch._foreach_lerp_(target, source, tau)

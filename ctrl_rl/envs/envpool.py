@@ -1,0 +1,295 @@
+"""envpool (C++ thread-pool simulators) as a BatchedEnv.
+
+envpool runs N simulators in C++ threads and returns NumPy batches. It resets *on the next step*:
+the step after an episode ends ignores the action and returns the new episode's first observation
+with reward 0. ``EnvpoolEnv`` turns that into the protocol's same-step auto-reset: after each step,
+the envs that ended (``terminated | truncated``) are reset at once with envpool's subset reset
+``env.reset(done_ids)`` (synchronous in sync mode), their step observation is kept as ``final_obs``
+and the fresh observation goes into ``obs``. envpool then treats those envs as running, so their
+next step is an ordinary step (``elapsed_step`` 1), not a dummy reset step.
+
+Conventions of envpool 1.2.5 that this adapter relies on (checked in tests/envs/test_backends.py):
+
+- ``env_type="gymnasium"``; sync mode (``batch_size == num_envs``) returns the batch in env-id order.
+- ``terminated = done & ~trunc`` and ``trunc = done & (elapsed_step >= max_episode_steps)``: a terminal
+  state reached on the very last allowed step is reported as *truncated* by envpool; the gymnasium
+  API carries no discount, so this adapter cannot tell (gymnasium's TimeLimit reports both flags and
+  the gymnasium adapter keeps ``terminated``). It only matters for tasks that can terminate exactly at
+  the time limit.
+- ``reset(seed=...)`` is ignored by envpool (seeds are fixed by ``envpool.make(seed=...)``), so a seeded
+  ``reset`` here re-creates the pool with the new seed.
+- dm_control tasks (``CheetahRun-v1``) return a dict of observations; it is flattened in sorted key
+  order, like the direct ``dmc:`` backend. envpool pads each task's dict with the keys of its
+  domain's other tasks (``HumanoidRun-v1`` carries ``position``); those are dropped, so the vector is
+  dm_control's own observation of the task (``_DMC_FOREIGN_KEYS``).
+- MuJoCo observations are float64; they are cast to float32.
+
+Checkpointing: an envpool simulator state cannot be saved. ``state_dict()`` holds metadata only
+(seed and counters); after ``load_state_dict`` the next ``reset()`` re-seeds the pool from it, so a
+resumed run continues with fresh episodes and is not bit-exact with an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+from xml.etree import ElementTree
+
+import numpy as np
+import torch
+
+from ctrl_rl.envs.protocol import EnvSpec, StepOut
+from ctrl_rl.errors import UserInputError
+
+# Seconds per step of classic-control tasks (envpool's config does not say; values from gymnasium).
+_CLASSIC_DT = {"Pendulum": 0.05, "CartPole": 0.02, "Acrobot": 0.2}
+
+# dm_control's control timestep per domain (``suite.load(...).control_timestep()``), which envpool's
+# dm_control tasks reproduce at their default ``frame_skip`` (= physics substeps per control step).
+_DMC_CONTROL_DT = {
+    "Acrobot": 0.01, "BallInCup": 0.02, "Cartpole": 0.01, "Cheetah": 0.01, "Dog": 0.015,
+    "Finger": 0.02, "Fish": 0.04, "Hopper": 0.02, "Humanoid": 0.025, "HumanoidCMU": 0.02,
+    "Lqr": 0.03, "Manipulator": 0.01, "Pendulum": 0.02, "PointMass": 0.02, "Quadruped": 0.02,
+    "Reacher": 0.02, "Stacker": 0.01, "Swimmer": 0.03, "Walker": 0.025,
+}  # fmt: skip
+
+
+# envpool's dm_control tasks share one observation dict per domain: keys of the domain's other tasks
+# are present and padded (zeros; QuadrupedRun's "origin" even holds values dm_control's task does not
+# observe). Dropping them gives exactly dm_control's observation for the task (the same keys as the
+# ``dmc:`` backend); derived by comparing envpool.make_spec with suite.load for every task.
+_DMC_FOREIGN_KEYS = {
+    "DogRun-v1": ("ball_state", "target_position"),
+    "DogStand-v1": ("ball_state", "target_position"),
+    "DogTrot-v1": ("ball_state", "target_position"),
+    "DogWalk-v1": ("ball_state", "target_position"),
+    "FingerSpin-v1": ("target_position", "dist_to_target"),
+    "FishUpright-v1": ("target",),
+    "HumanoidRun-v1": ("position",),
+    "HumanoidRunPureState-v1": ("joint_angles", "head_height", "extremities", "torso_vertical", "com_velocity"),
+    "HumanoidStand-v1": ("position",),
+    "HumanoidWalk-v1": ("position",),
+    "QuadrupedEscape-v1": ("ball_state", "target_position"),
+    "QuadrupedFetch-v1": ("origin", "rangefinder"),
+    "QuadrupedRun-v1": ("origin", "rangefinder", "ball_state", "target_position"),
+    "QuadrupedWalk-v1": ("origin", "rangefinder", "ball_state", "target_position"),
+}
+
+
+class EnvpoolEnv:
+    """N envpool simulators of one task, stepped as a batch; see the module docstring.
+
+    Args:
+        task: envpool task id without prefix (``HalfCheetah-v5``, ``CartPole-v1``, ``CheetahRun-v1``).
+        num_envs: N.
+        device: where returned tensors live (the simulation itself runs on CPU threads).
+        seed: envpool seed (env i gets a stream derived from it); ``reset(seed)`` re-creates the pool.
+        num_threads: envpool worker threads (0: envpool's default).
+        **make_kwargs: passed to ``envpool.make`` (e.g. ``max_episode_steps``, ``frame_skip``).
+    """
+
+    def __init__(
+        self,
+        task: str,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        num_threads: int = 0,
+        **make_kwargs: Any,
+    ) -> None:
+        if make_kwargs.get("batch_size", num_envs) != num_envs:
+            raise UserInputError(
+                f"batch_size={make_kwargs['batch_size']!r} for envpool task {task!r}: expected it unset or equal "
+                f"to num_envs={num_envs} (this adapter runs envpool in sync mode)."
+            )
+        make_kwargs.pop("batch_size", None)
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self._task = task
+        self._make_kwargs = dict(make_kwargs, num_threads=int(num_threads))
+        self._seed = int(seed)
+        self._env = self._make(self._seed)
+        self._fresh = True  # the pool has not been reset or stepped since it was made with self._seed
+        self._pending_seed: int | None = None  # set by load_state_dict
+        self._resets = 0
+        self._episodes = 0
+
+        import gymnasium
+
+        obs_space = self._env.observation_space
+        if isinstance(obs_space, gymnasium.spaces.Dict):
+            foreign = _DMC_FOREIGN_KEYS.get(task, ())
+            self._obs_keys: list[str] | None = sorted(k for k in obs_space.spaces if k not in foreign)
+            obs_shape: tuple[int, ...] = (sum(int(np.prod(obs_space[k].shape)) for k in self._obs_keys),)
+        else:
+            self._obs_keys = None
+            obs_shape = tuple(int(s) for s in obs_space.shape)
+        act_space = self._env.action_space
+        discrete = isinstance(act_space, gymnasium.spaces.Discrete)
+        if discrete:
+            action_dim, low, high = int(act_space.n), (), ()
+            self._action_shape: tuple[int, ...] = (self.num_envs,)
+        else:
+            action_dim = int(np.prod(act_space.shape))
+            low = tuple(float(x) for x in np.broadcast_to(act_space.low, act_space.shape).ravel())
+            high = tuple(float(x) for x in np.broadcast_to(act_space.high, act_space.shape).ravel())
+            self._action_shape = (self.num_envs, action_dim)
+        self._action_dtype = act_space.dtype
+        max_steps = self._env.config.get("max_episode_steps")
+        self.spec = EnvSpec(
+            env_id=f"envpool:{task}",
+            obs_shape=obs_shape,
+            discrete=discrete,
+            action_dim=action_dim,
+            action_low=low,
+            action_high=high,
+            dt=_envpool_dt(task, self._env),
+            max_episode_steps=int(max_steps) if max_steps is not None else None,
+            backend="envpool",
+        )
+        self._ids = np.arange(self.num_envs, dtype=np.int32)  # [N]
+
+    def _make(self, seed: int) -> Any:
+        import envpool
+
+        with warnings.catch_warnings():
+            # envpool builds float32 Boxes from float64 bounds; gymnasium warns about the cast each time.
+            warnings.filterwarnings("ignore", message=".*precision lowered.*")
+            env = envpool.make(self._task, env_type="gymnasium", num_envs=self.num_envs, seed=seed, **self._make_kwargs)
+            env.observation_space, env.action_space  # built (and cached) lazily: warns here
+        return env
+
+    # ---- the BatchedEnv protocol ---------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Start a new episode in every env; a ``seed`` re-creates the pool with that seed."""
+        if seed is None and self._pending_seed is not None:
+            seed = self._pending_seed
+        self._pending_seed = None
+        if seed is not None and not (self._fresh and int(seed) == self._seed):
+            self._env.close()
+            self._seed = int(seed)
+            self._env = self._make(self._seed)
+        self._fresh = False
+        obs, info = self._env.reset()
+        self._resets += 1
+        obs = self._flat(obs)  # [N,O]
+        order = np.asarray(info["env_id"])
+        if not np.array_equal(order, self._ids):
+            obs[order] = obs.copy()
+        return self._tensor(obs)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        """One step of every env, then a same-step reset of the envs whose episode ended."""
+        self._fresh = False
+        act = self._action_to_numpy(action)  # [N,A] or [N]
+        obs, reward, terminated, truncated, info = self._env.step(act)
+        obs = self._flat(obs)  # [N,O], owned float32 copy
+        reward = np.asarray(reward, dtype=np.float32)  # [N]
+        terminated = np.asarray(terminated, dtype=bool)  # [N]
+        truncated = np.asarray(truncated, dtype=bool) & ~terminated  # [N]; envpool already ensures this
+        elapsed = np.asarray(info["elapsed_step"], dtype=np.int64)  # [N]
+        order = np.asarray(info["env_id"])
+        if not np.array_equal(order, self._ids):  # sync mode returns env-id order; stay correct if not
+            inv = np.argsort(order)
+            obs, reward, terminated, truncated, elapsed = (x[inv] for x in (obs, reward, terminated, truncated, elapsed))
+        final_obs = obs.copy()  # [N,O]
+        done = terminated | truncated  # [N]
+        done_ids = np.flatnonzero(done).astype(np.int32)
+        if done_ids.size:
+            reset_obs, reset_info = self._env.reset(done_ids)
+            obs[np.asarray(reset_info["env_id"])] = self._flat(reset_obs)
+            self._episodes += int(done_ids.size)
+        return StepOut(
+            obs=self._tensor(obs),
+            reward=self._tensor(reward),
+            terminated=self._tensor(terminated),
+            truncated=self._tensor(truncated),
+            final_obs=self._tensor(final_obs),
+            info={"elapsed_step": self._tensor(elapsed)},  # steps of the episode this step belongs to
+        )
+
+    def close(self) -> None:
+        self._env.close()
+
+    # ---- checkpointing (metadata only; see the module docstring) -------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Seed and counters only: envpool cannot save its simulators, resume re-seeds (not bit-exact)."""
+        return {
+            "env_id": self.spec.env_id,
+            "backend": "envpool",
+            "seed": self._seed,
+            "resets": self._resets,
+            "episodes": self._episodes,
+            "exact": False,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Schedule a re-seed for the next ``reset()`` from the saved seed and counters (not bit-exact)."""
+        if d.get("env_id") != self.spec.env_id:
+            raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {self.spec.env_id!r}.")
+        self._pending_seed = resume_seed(d)
+        self._resets = int(d["resets"])
+        self._episodes = int(d["episodes"])
+
+    # ---- NumPy <-> torch boundary ----------------------------------------------------------------
+
+    def _flat(self, obs: Any) -> np.ndarray:
+        """envpool observations (array or dict of arrays) -> an owned ``[n,O]`` float32 array."""
+        if self._obs_keys is None:
+            return np.array(obs, dtype=np.float32)  # copy: envpool may reuse its buffers
+        n = len(obs[self._obs_keys[0]])
+        return np.concatenate([np.asarray(obs[k], dtype=np.float32).reshape(n, -1) for k in self._obs_keys], axis=1)
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x).to(self.device)
+
+    def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
+        action = torch.as_tensor(action)
+        if tuple(action.shape) != self._action_shape:
+            kind = "int64 action indices" if self.spec.discrete else "float actions"
+            raise ValueError(
+                f"{self.spec.env_id} expects {kind} of shape {self._action_shape} "
+                f"(num_envs={self.num_envs}), got shape {tuple(action.shape)}."
+            )
+        if self.spec.discrete and (action.is_floating_point() or action.is_complex()):
+            raise ValueError(f"{self.spec.env_id} has discrete actions; expected an integer tensor, got {action.dtype}.")
+        return action.detach().cpu().numpy().astype(self._action_dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"EnvpoolEnv({self._task!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
+
+
+def resume_seed(d: dict[str, Any]) -> int:
+    """A fresh seed derived from a metadata state_dict, so a resumed run does not replay its first episodes."""
+    return (int(d["seed"]) * 1_000_003 + int(d["resets"]) + int(d["episodes"]) + 1) % (2**31 - 1)
+
+
+def _envpool_dt(task: str, env: Any) -> float:
+    """Seconds per step, from what envpool exposes (0.0 when it cannot be found out)."""
+    import envpool
+
+    config = env.config
+    spec_name = type(env.spec).__name__  # e.g. GymHalfCheetahEnvSpec, DmcCheetahEnvSpec, PendulumEnvSpec
+    if spec_name.startswith("Dmc") and spec_name.endswith("EnvSpec"):
+        control_dt = _DMC_CONTROL_DT.get(spec_name[3 : -len("EnvSpec")])
+        if control_dt is None:
+            return 0.0
+        default_skip = envpool.make_spec(task).config.frame_skip
+        return control_dt * config["frame_skip"] / default_skip  # dt = physics timestep * substeps
+    if "xml_file" in config and "frame_skip" in config:
+        # envpool loads "<name>_envpool.xml" when it ships one (walker2d_v5.xml -> walker2d_v5_envpool.xml).
+        folder = os.path.join(config["base_path"], "mujoco", "assets_gym")
+        stem = os.path.splitext(config["xml_file"])[0]
+        paths = [os.path.join(folder, f) for f in (f"{stem}_envpool.xml", config["xml_file"])]
+        path = next((p for p in paths if os.path.exists(p)), None)
+        if path is None:
+            return 0.0
+        # Read <option timestep> rather than compiling: some of envpool's older XMLs (Hopper) use
+        # settings that current MuJoCo refuses. 0.002 s is MuJoCo's default timestep.
+        option = ElementTree.parse(path).getroot().find("option")
+        timestep = float(option.get("timestep", 0.002)) if option is not None else 0.002
+        return timestep * config["frame_skip"]
+    return _CLASSIC_DT.get(task.split("-")[0], 0.0)

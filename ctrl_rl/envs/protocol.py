@@ -1,0 +1,85 @@
+"""The BatchedEnv contract every simulator backend satisfies.
+
+Shape letters: N envs, O obs dim, A action dim.
+
+- ``reset(seed) -> obs [N,O]`` (float32, on ``env.device``).
+- ``step(action) -> StepOut``. ``action`` is ``[N,A]`` float32 for continuous envs and ``[N]`` int64
+  for discrete envs. Reset is automatic *in the same step*: for an env whose episode just ended
+  (``terminated | truncated``), ``obs`` already holds the first observation of the next episode and
+  ``final_obs`` holds the last observation of the episode that ended, so that truncation can bootstrap
+  from it. For envs that did not end, ``final_obs`` equals ``obs``.
+- ``terminated`` is a true environment termination (no bootstrap); ``truncated`` is a time limit or
+  other cut (bootstrap from ``final_obs``). Both are ``[N]`` bool; an env never has both set (a
+  terminal state reached on the last allowed step counts as terminated).
+- Tensors only, all on one device; NumPy simulators come in through adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Static description of a batched environment.
+
+    Attributes:
+        env_id: the id the env was made from, including the backend prefix (``torch:Pendulum``).
+        obs_shape: shape of one observation (``(O,)`` for vector observations).
+        discrete: True for a discrete action space.
+        action_dim: A for continuous actions, the number of actions for discrete ones.
+        action_low: per-dimension lower bound of continuous actions (empty for discrete).
+        action_high: per-dimension upper bound of continuous actions (empty for discrete).
+        dt: seconds of simulated time per step (0.0 when unknown).
+        max_episode_steps: the time limit applied by the env itself, or None.
+        backend: "torch", "envpool", "gymnasium" or "dmc".
+    """
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    action_dim: int
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    dt: float = 0.0
+    max_episode_steps: int | None = None
+    backend: str = "torch"
+
+    @property
+    def obs_dim(self) -> int:
+        n = 1
+        for s in self.obs_shape:
+            n *= s
+        return n
+
+
+@dataclass
+class StepOut:
+    """Result of one batched step; see the module docstring for the semantics."""
+
+    obs: torch.Tensor  # [N,O] float32
+    reward: torch.Tensor  # [N] float32
+    terminated: torch.Tensor  # [N] bool
+    truncated: torch.Tensor  # [N] bool
+    final_obs: torch.Tensor  # [N,O] float32
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+
+@runtime_checkable
+class BatchedEnv(Protocol):
+    num_envs: int
+    spec: EnvSpec
+    device: torch.device
+
+    def reset(self, seed: int | None = None) -> torch.Tensor: ...
+
+    def step(self, action: torch.Tensor) -> StepOut: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,183 @@
+"""Batched wrappers: episode statistics, action rescaling, observation normalization, reward scaling.
+
+Each wrapper is itself a BatchedEnv and forwards ``state_dict``/``load_state_dict`` to the env it wraps,
+so checkpoints hold normalizer statistics and (for torch-native simulators) the full simulator state.
+Shape letters: N envs, O obs dim, A action dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ctrl_rl.core.nets import RunningNorm
+from ctrl_rl.envs.protocol import BatchedEnv, StepOut
+
+
+class Wrapper:
+    """Forwards everything to ``env``; subclasses override what they change."""
+
+    def __init__(self, env: BatchedEnv):
+        self.env = env
+        self.num_envs = env.num_envs
+        self.spec = env.spec
+        self.device = env.device
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.env.reset(seed)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+    def own_state(self) -> dict:
+        return {}
+
+    def load_own_state(self, state: dict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        inner = self.env.state_dict() if hasattr(self.env, "state_dict") else {}
+        return {"own": self.own_state(), "inner": inner}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.load_own_state(state["own"])
+        if hasattr(self.env, "load_state_dict"):
+            self.env.load_state_dict(state["inner"])
+
+    def unwrapped(self) -> BatchedEnv:
+        env = self.env
+        while isinstance(env, Wrapper):
+            env = env.env
+        return env
+
+
+class EpisodeStats(Wrapper):
+    """Tracks per-env undiscounted return and length on the device.
+
+    Adds to ``info``: ``episode_return [N]`` and ``episode_length [N]`` (values of the episode that just
+    ended, zero elsewhere) and ``episode_done [N]`` bool. Put it innermost so it sees raw rewards.
+    """
+
+    def __init__(self, env: BatchedEnv):
+        super().__init__(env)
+        self.ret = torch.zeros(self.num_envs, device=self.device)  # [N]
+        self.len = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        self.ret.zero_()
+        self.len.zero_()
+        return self.env.reset(seed)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        out = self.env.step(action)
+        done = out.terminated | out.truncated  # [N]
+        self.ret += out.reward
+        self.len += 1
+        out.info["episode_return"] = torch.where(done, self.ret, torch.zeros_like(self.ret))  # [N]
+        out.info["episode_length"] = torch.where(done, self.len, torch.zeros_like(self.len))  # [N]
+        out.info["episode_done"] = done
+        self.ret.masked_fill_(done, 0.0)
+        self.len.masked_fill_(done, 0)
+        return out
+
+    def own_state(self) -> dict:
+        return {"ret": self.ret.clone(), "len": self.len.clone()}
+
+    def load_own_state(self, state: dict) -> None:
+        self.ret.copy_(state["ret"])
+        self.len.copy_(state["len"])
+
+
+class ActionRescale(Wrapper):
+    """The agent acts in ``[-1, 1]^A``; actions are clipped there and mapped affinely to the env's bounds.
+
+    Dimensions with infinite bounds are passed through unchanged (clipped to nothing).
+    """
+
+    def __init__(self, env: BatchedEnv):
+        super().__init__(env)
+        if env.spec.discrete:
+            raise ValueError("ActionRescale applies to continuous action spaces only")
+        low = torch.tensor(env.spec.action_low, dtype=torch.float32, device=self.device)  # [A]
+        high = torch.tensor(env.spec.action_high, dtype=torch.float32, device=self.device)  # [A]
+        finite = torch.isfinite(low) & torch.isfinite(high)
+        self._finite = finite
+        self._scale = torch.where(finite, (high - low) / 2, torch.ones_like(low))
+        self._bias = torch.where(finite, (high + low) / 2, torch.zeros_like(low))
+        A = env.spec.action_dim
+        self.spec = dataclasses.replace(
+            env.spec,
+            action_low=tuple(-1.0 if f else float("-inf") for f in finite.tolist()),
+            action_high=tuple(1.0 if f else float("inf") for f in finite.tolist()),
+        )
+        assert len(self.spec.action_low) == A
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        a = torch.where(self._finite, action.clamp(-1.0, 1.0), action)  # [N,A]
+        return self.env.step(a * self._scale + self._bias)
+
+
+class ObsNormalize(Wrapper):
+    """Running mean/std observation normalization at the env level (statistics saved with checkpoints).
+
+    PPO normalizes inside its policy instead (so exports fold it in); this wrapper serves loops and
+    algorithms that want normalized observations from the env itself. ``final_obs`` is normalized with
+    the same statistics as ``obs``.
+    """
+
+    def __init__(self, env: BatchedEnv, clip: float = 10.0, update: bool = True):
+        super().__init__(env)
+        self.norm = RunningNorm(env.spec.obs_shape, clip=clip).to(self.device)
+        self.update = update
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        obs = self.env.reset(seed)
+        if self.update:
+            self.norm.update(obs)
+        return self.norm(obs)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        out = self.env.step(action)
+        if self.update:
+            self.norm.update(out.obs)
+        out.final_obs = self.norm(out.final_obs)
+        out.obs = self.norm(out.obs)
+        return out
+
+    def own_state(self) -> dict:
+        return {k: v.clone() for k, v in self.norm.state_dict().items()}
+
+    def load_own_state(self, state: dict) -> None:
+        self.norm.load_state_dict(state)
+
+
+class RewardScale(Wrapper):
+    """Divides rewards by the running std of the discounted return (as in PPO's common reward scaling).
+
+    The discounted return accumulator restarts at every episode end; ``gamma`` should match the learner's.
+    """
+
+    def __init__(self, env: BatchedEnv, gamma: float = 0.99, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__(env)
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.acc = torch.zeros(self.num_envs, device=self.device)  # [N]
+        self.norm = RunningNorm((), clip=float("inf")).to(self.device)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        out = self.env.step(action)
+        self.acc = self.acc * self.gamma + out.reward  # [N]
+        self.norm.update(self.acc)
+        self.acc = self.acc.masked_fill(out.terminated | out.truncated, 0.0)
+        out.reward = (out.reward * torch.rsqrt(self.norm.var + self.eps)).clamp(-self.clip, self.clip)
+        return out
+
+    def own_state(self) -> dict:
+        return {"acc": self.acc.clone(), **{k: v.clone() for k, v in self.norm.state_dict().items()}}
+
+    def load_own_state(self, state: dict) -> None:
+        self.acc = state["acc"].clone().to(self.device)
+        self.norm.load_state_dict({k: v for k, v in state.items() if k != "acc"})

@@ -1,0 +1,80 @@
+"""Evaluate a checkpoint's deterministic policy for a number of episodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ctrl_rl.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    episodes: int = 10
+    """Episodes to run (one per parallel env)."""
+    env: str | None = None
+    """Evaluate on this env id instead of the one the run trained on (same observation/action shapes)."""
+    seed: int = 12345
+    """Seed of the evaluation envs (differs from training seeds by default)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Device to run the policy and torch-native envs on."""
+    stochastic: bool = False
+    """Sample actions instead of taking the deterministic (mean / argmax) action."""
+    max_steps: int = 100_000
+    """Safety cap on env steps per episode."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
+
+
+@torch.no_grad()
+def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
+    from ctrl_rl.algos.ppo import PPO
+    from ctrl_rl.config import RunConfig, from_dict
+    from ctrl_rl.algos.ppo import PPOConfig
+    from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+    from ctrl_rl.learn.onpolicy import build_env
+
+    ck_path = find_checkpoint(path)
+    ck = load_checkpoint(ck_path)
+    run = from_dict(RunConfig, ck["config"]["run"], "checkpoint run config")
+    cfg = from_dict(PPOConfig, ck["config"]["algo"], "checkpoint ppo config")
+    run = dataclasses.replace(run, env=opts.env or run.env, device=opts.device, reward_scale=False)
+    env = build_env(run, opts.episodes, opts.seed, cfg.gamma)
+    algo_state = ck["algo_state"] if "algo_state" in ck else ck["ranks"][0]["algo_state"]
+    probe = PPO(cfg, env.spec, opts.device)
+    try:
+        probe.load_state_dict(algo_state)
+    except RuntimeError as e:
+        raise UserInputError(f"env {run.env!r} does not fit the policy in {str(ck_path)!r} (shape mismatch): "
+                             "expected an env with the training env's observation and action shapes") from None
+    obs = env.reset(seed=opts.seed)
+    N = opts.episodes
+    returns = torch.full((N,), float("nan"))
+    lengths = torch.zeros(N, dtype=torch.int64)
+    finished = torch.zeros(N, dtype=torch.bool)
+    for _ in range(opts.max_steps):
+        action = probe.sample(obs)[0] if opts.stochastic else probe.act(obs, deterministic=True)
+        out = env.step(action)
+        d = out.info["episode_done"].cpu() & ~finished
+        returns[d] = out.info["episode_return"].cpu()[d].float()
+        lengths[d] = out.info["episode_length"].cpu()[d]
+        finished |= d
+        obs = out.obs
+        if bool(finished.all()):
+            break
+    env.close()
+    done = returns[finished]
+    n = int(finished.sum())
+    return {
+        "checkpoint": str(ck_path), "env": run.env, "step": ck["counters"]["step"], "episodes": n,
+        "return_mean": float(done.mean()) if n else None,
+        "return_std": float(done.std(unbiased=False)) if n else None,
+        "length_mean": float(lengths[finished].float().mean()) if n else None,
+        "deterministic": not opts.stochastic,
+    }

@@ -1,0 +1,210 @@
+"""The on-policy training loop: envs -> rollout storage -> algorithm.update -> logging and checkpoints.
+
+The loop owns environments, storage, logging and checkpoints; the algorithm owns networks and
+optimizers. Everything in the collection loop stays on the device: the only host syncs are one per
+update (the update's info dict and the episode statistics), at the logging boundary.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ctrl_rl.algos.ppo import PPO, PPOConfig
+from ctrl_rl.config import RunConfig, save_config
+from ctrl_rl.core.seeding import seed_everything
+from ctrl_rl.envs.registry import make_env
+from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
+from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn import distributed as D
+from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
+from ctrl_rl.learn.logging import RunLogger
+from ctrl_rl.storage.rollout import RolloutStorage
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or parameter became NaN/inf; the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    iterations: int
+    last_return: float
+    wall_time: float
+    algo: PPO
+
+
+def build_env(run: RunConfig, num_envs: int, seed: int, gamma: float):
+    env = make_env(run.env, num_envs=num_envs, device=run.device, seed=seed)
+    env = EpisodeStats(env)
+    if not env.spec.discrete:
+        env = ActionRescale(env)
+    if run.reward_scale:
+        env = RewardScale(env, gamma=gamma)
+    return env
+
+
+def train_onpolicy(
+    run: RunConfig,
+    cfg: PPOConfig,
+    run_dir: Path,
+    resume: bool = False,
+    max_iterations: int | None = None,
+    dist_info: D.DistInfo = D.DistInfo(),
+) -> TrainResult:
+    """Train PPO. ``resume`` continues from ``run_dir/checkpoints/latest.pt``; ``max_iterations`` stops
+    early after that many updates of this call (used to simulate an interruption in tests)."""
+    device = torch.device(run.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserInputError("--device cuda was requested but torch reports no CUDA device: expected --device cpu on this machine")
+    if run.threads > 0:
+        torch.set_num_threads(run.threads)
+    W, rank = dist_info.world_size, dist_info.rank
+    if run.num_envs % W:
+        raise UserInputError(f"--num-envs {run.num_envs} is not divisible by the {W} processes: expected a multiple of {W}")
+    n_local = run.num_envs // W
+    if dist_info.enabled:
+        if cfg.minibatch_size % W:
+            raise UserInputError(f"--minibatch-size {cfg.minibatch_size} is not divisible by the {W} processes")
+        from dataclasses import replace
+
+        cfg_local = replace(cfg, minibatch_size=cfg.minibatch_size // W, value_chunk=cfg.value_chunk)
+    else:
+        cfg_local = cfg
+    rank_seed = run.seed + 1_000_003 * rank
+    gen = seed_everything(rank_seed, device)
+    env = build_env(run, n_local, rank_seed, cfg.gamma)
+    algo = PPO(
+        cfg_local, env.spec, device, gen,
+        grad_reduce=D.all_reduce_mean_ if dist_info.enabled else None,
+        stats_reduce=D.all_reduce_sum if dist_info.enabled else None,
+    )
+    if dist_info.enabled:
+        D.broadcast_module_(algo.ac)
+    T = cfg.rollout_steps
+    steps_per_iter = T * run.num_envs
+    iterations = math.ceil(run.total_steps / steps_per_iter)
+    storage = RolloutStorage(T, n_local, env.spec, device)
+
+    ck_dir = run_dir / "checkpoints"
+    start_it, step, wall0, last_return = 0, 0, 0.0, float("nan")
+    if resume:
+        ck = load_checkpoint(ck_dir / "latest.pt", expect_algo="ppo")
+        if W > 1 and ck.get("world_size", 1) != W:
+            raise UserInputError(f"checkpoint was written by {ck.get('world_size', 1)} processes: expected {W}")
+        algo.load_state_dict(ck["algo_state"] if W == 1 else ck["ranks"][rank]["algo_state"])
+        env.load_state_dict(ck["env_state"] if W == 1 else ck["ranks"][rank]["env_state"])
+        obs = (ck["obs"] if W == 1 else ck["ranks"][rank]["obs"]).to(device)
+        set_global_rng_state(ck["rng"])
+        c = ck["counters"]
+        start_it, step, wall0, last_return = c["iteration"], c["step"], c["wall_time"], c["last_return"]
+    else:
+        obs = env.reset(seed=rank_seed)
+
+    logger = None
+    if dist_info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ck_dir.mkdir(exist_ok=True)
+        save_config(run_dir / "config.json", "ppo", run, cfg)
+        logger = RunLogger(run_dir, resume_step=step if resume else None)
+
+    bar = None
+    if run.progress and dist_info.is_main:
+        from tqdm import tqdm
+
+        bar = tqdm(total=iterations * steps_per_iter, initial=step, unit="step", unit_scale=True,
+                   dynamic_ncols=True, desc=f"ppo {run.env}", mininterval=0.5)
+
+    def checkpoint(it: int) -> None:
+        state = {"algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu()}
+        if dist_info.enabled:
+            gathered = [None] * W
+            import torch.distributed as dist
+
+            dist.all_gather_object(gathered, state)
+            if not dist_info.is_main:
+                return
+            payload = {"ranks": gathered, "world_size": W}
+        else:
+            payload = dict(state)
+        payload.update({"algo": "ppo", "config": {"run": _asdict(run), "algo": _asdict(cfg)},
+                        "rng": global_rng_state(),
+                        "counters": {"iteration": it, "step": step, "wall_time": wall0 + time.time() - t_start,
+                                     "last_return": last_return}})
+        save_checkpoint(ck_dir / "latest.pt", payload)
+
+    t_start = time.time()
+    ep_sum = torch.zeros((), device=device)
+    ep_len_sum = torch.zeros((), device=device)
+    ep_cnt = torch.zeros((), device=device)
+    it = start_it
+    done_iters = 0
+    t_log, step_log = time.time(), step
+    try:
+        while it < iterations:
+            if max_iterations is not None and done_iters >= max_iterations:
+                break
+            if cfg.anneal_lr:
+                algo.set_lr_fraction(1.0 - it / iterations)
+            for t in range(T):
+                action, logp = algo.sample(obs)  # [N,A], [N]
+                out = env.step(action)
+                storage.add(t, obs, action, logp, out)
+                ep_sum += out.info["episode_return"].sum()
+                ep_len_sum += out.info["episode_length"].sum()
+                ep_cnt += out.info["episode_done"].sum()
+                obs = out.obs
+            info = algo.update(storage.rollout())
+            it += 1
+            done_iters += 1
+            step += steps_per_iter
+            bad = [k for k, v in info.items() if not math.isfinite(v)]
+            if bad or not algo.parameters_finite():
+                what = f"loss {bad[0]}" if bad else "a network parameter"
+                raise TrainingDiverged(
+                    f"training diverged at step {step} (update {it}): {what} became NaN/inf; "
+                    f"the last good checkpoint is {ck_dir / 'latest.pt'}")
+            last_log = it % run.log_every == 0 or it == iterations
+            if last_log:
+                stats = torch.stack([ep_sum, ep_len_sum, ep_cnt])
+                if dist_info.enabled:
+                    stats = D.all_reduce_sum(stats)
+                s, ln, n = stats.tolist()
+                if n > 0:
+                    last_return = s / n
+                ep_sum.zero_(), ep_len_sum.zero_(), ep_cnt.zero_()
+                now = time.time()
+                sps = (step - step_log) / max(now - t_log, 1e-9)
+                t_log, step_log = now, step
+                if logger is not None:
+                    row = {"step": step, "wall_time": round(wall0 + now - t_start, 3), "iteration": it,
+                           "episode_return": last_return, "episode_length": (ln / n) if n > 0 else None,
+                           "episodes": int(n), "sps": round(sps, 1), **info}
+                    logger.log(row)
+                if bar is not None:
+                    bar.set_postfix_str(f"sps={sps:,.0f} return={last_return:.1f}", refresh=False)
+            if bar is not None:
+                bar.update(steps_per_iter)
+            if it % run.checkpoint_every == 0 or it == iterations:
+                checkpoint(it)
+        if done_iters > 0 and it % run.checkpoint_every != 0 and it != iterations:
+            checkpoint(it)  # an early stop (max_iterations) leaves a resumable checkpoint
+    finally:
+        if bar is not None:
+            bar.close()
+        if logger is not None:
+            logger.close()
+        env.close()
+    return TrainResult(run_dir, step, it, last_return, wall0 + time.time() - t_start, algo)
+
+
+def _asdict(obj) -> dict:
+    from dataclasses import asdict
+
+    return asdict(obj)

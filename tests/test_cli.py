@@ -1,0 +1,147 @@
+"""The command line from the outside: smoke runs, eval/plot/list, and every bad-input case."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SMALL = ["--num-envs", "32", "--total-steps", "8192", "--rollout-steps", "8", "--minibatch-size", "64",
+         "--epochs", "1", "--no-progress"]
+
+
+def cli(*args, cwd=None, timeout=300):
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-m", "ctrl_rl", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli") / "run"
+    r = cli("train", "ppo", "--env", "torch:Pendulum", "--run-dir", d, *SMALL)
+    assert r.returncode == 0, r.stderr
+    return d, r
+
+
+def test_train_writes_a_complete_run_directory(trained):
+    d, r = trained
+    assert (d / "config.json").is_file() and (d / "metrics.jsonl").is_file()
+    assert (d / "checkpoints" / "latest.pt").is_file() and (d / "learning_curve.png").is_file()
+    assert any(p.name.startswith("events.out.tfevents") for p in d.iterdir())
+    summary = json.loads(r.stdout.splitlines()[0])
+    assert summary["step"] == 8192 and summary["run_dir"] == str(d)
+
+
+def test_eval_prints_one_json_line(trained):
+    d, _ = trained
+    r = cli("eval", d, "--episodes", "3")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert out["episodes"] == 3 and out["return_std"] >= 0 and -2000 < out["return_mean"] <= 0
+
+
+def test_plot_and_list(trained, tmp_path):
+    d, _ = trained
+    r = cli("plot", d, "--out", tmp_path / "c.png")
+    assert r.returncode == 0 and (tmp_path / "c.png").stat().st_size > 1000
+    assert "ppo" in cli("list", "algos").stdout
+    envs = cli("list", "envs").stdout
+    assert "torch:Pendulum" in envs and "HalfCheetah-v5" in envs
+    presets = cli("list", "presets").stdout
+    assert "default" in presets and "halfcheetah" in presets
+
+
+def test_resume_continues_to_a_larger_budget(trained, tmp_path):
+    d, _ = trained
+    d2 = tmp_path / "copy"
+    shutil.copytree(d, d2)
+    r = cli("train", "ppo", "--resume", d2, "--total-steps", "16384", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["step"] == 16384
+
+
+@pytest.mark.parametrize("env", ["torch:CartPole", "gym:Pendulum-v1", "HalfCheetah-v5"])
+def test_train_smoke_on_other_backends(env, tmp_path):
+    r = cli("train", "ppo", "--env", env, "--run-dir", tmp_path / "r", "--num-envs", "4", "--total-steps", "64",
+            "--rollout-steps", "8", "--minibatch-size", "16", "--epochs", "1", "--no-progress")
+    assert r.returncode == 0, r.stderr
+
+
+BAD = [
+    (["train", "ppo", "--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
+    (["train", "ppx", "--env", "torch:Pendulum"], "ppx"),
+    (["train", "ppo", "--preset", "nonexistent"], "nonexistent"),
+    (["train", "ppo", "--lerning-rate", "1"], "--lerning-rate"),
+    (["train", "ppo", "--num-envs", "0"], "num-envs"),
+    (["train", "ppo", "--total-steps", "-5"], "total-steps"),
+    (["train", "ppo", "--epochs", "abc"], "epochs"),
+    (["train", "ppo", "--resume", "no/such/dir"], "no/such/dir"),
+    (["eval", "no/such/run"], "no/such/run"),
+    (["list", "bananas"], "bananas"),
+    (["frobnicate"], "frobnicate"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_sentence_exit_2_and_writes_nothing(args, needle, tmp_path):
+    run_dir = tmp_path / "should_not_exist"
+    extra = ["--run-dir", run_dir] if args[0] == "train" and "--resume" not in args else []
+    r = cli(*args, *extra, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in r.stderr
+    assert not run_dir.exists() and not (tmp_path / "runs").exists()
+
+
+def test_resume_refuses_other_algorithms_and_truncated_checkpoints(trained, tmp_path):
+    d, _ = trained
+    other = tmp_path / "other"
+    shutil.copytree(d, other)
+    ck = torch.load(other / "checkpoints" / "latest.pt", weights_only=True)
+    ck["algo"] = "sac"
+    torch.save(ck, other / "checkpoints" / "latest.pt")
+    r = cli("train", "ppo", "--resume", other)
+    assert r.returncode == 2 and "'sac'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+    cut = tmp_path / "cut"
+    shutil.copytree(d, cut)
+    p = cut / "checkpoints" / "latest.pt"
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    before = (cut / "metrics.jsonl").read_text()
+    for args in (["train", "ppo", "--resume", cut], ["eval", cut]):
+        r = cli(*args)
+        assert r.returncode == 2 and "truncated" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (cut / "metrics.jsonl").read_text() == before
+
+    r = cli("train", "ppo", "--resume", d, "--lr", "0.1")
+    assert r.returncode == 2 and "--lr" in r.stderr
+
+
+def test_existing_run_dir_is_not_overwritten(trained):
+    d, _ = trained
+    r = cli("train", "ppo", "--run-dir", d, *SMALL)
+    assert r.returncode == 2 and "already holds a run" in r.stderr
+
+
+def test_torchrun_two_processes_train_data_parallel(tmp_path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    d = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29517", "-m", "ctrl_rl", "train", "ppo",
+                        "--env", "torch:Pendulum", "--run-dir", str(d), *SMALL], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ck = torch.load(d / "checkpoints" / "latest.pt", weights_only=True)
+    assert ck["world_size"] == 2 and ck["counters"]["step"] == 8192
+    a, b = (ck["ranks"][i]["algo_state"]["ac"] for i in range(2))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # gradients averaged: identical replicas
+    obs0, obs1 = ck["ranks"][0]["obs"], ck["ranks"][1]["obs"]
+    assert obs0.shape == (16, 3) and not torch.equal(obs0, obs1)  # each rank steps its own seeded envs
+    assert len((d / "metrics.jsonl").read_text().splitlines()) == 32  # rank 0 alone logs, once per update
