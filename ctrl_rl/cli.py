@@ -44,7 +44,7 @@ class TrainArgs(Generic[C]):
     algo: Annotated[C, tyro.conf.OmitArgPrefixes]
 
 
-RESUME_OVERRIDES = {"total_steps", "progress", "threads", "log_every", "checkpoint_every", "resume"}
+RESUME_OVERRIDES = {"total_steps", "progress", "threads", "collect_threads", "log_every", "checkpoint_every", "resume"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +169,7 @@ def cmd_train(args: list[str]) -> int:
                                  f"{', '.join('--' + o.replace('_', '-') for o in sorted(RESUME_OVERRIDES))}")
         parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run0, cfg0), prog)
         run = dataclasses.replace(run0, total_steps=parsed.run.total_steps, progress=parsed.run.progress,
-                                  threads=parsed.run.threads, log_every=parsed.run.log_every,
+                                  threads=parsed.run.threads, collect_threads=parsed.run.collect_threads, log_every=parsed.run.log_every,
                                   checkpoint_every=parsed.run.checkpoint_every, resume=str(run_dir))
         return _run_training(algo, run, cfg0, run_dir, resume=True)
 

@@ -24,10 +24,10 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     wall = [r["wall_time"] for r in rows]
     ret = [r["episode_return"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-    axes[0].plot(steps, ret, lw=1.5)
+    axes[0].plot(steps, ret, lw=1.5, marker=".", ms=3)
     axes[0].set_xlabel("environment steps")
     axes[0].set_ylabel("mean episode return")
-    axes[1].plot(wall, ret, lw=1.5, color="tab:orange")
+    axes[1].plot(wall, ret, lw=1.5, marker=".", ms=3, color="tab:orange")
     axes[1].set_xlabel("wall time [s]")
     for ax in axes:
         ax.grid(alpha=0.3)

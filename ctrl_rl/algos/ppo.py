@@ -219,7 +219,8 @@ class PPO:
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         self.ac = ActorCritic(config, spec).to(self.device)
         self.params = [p for p in self.ac.parameters() if p.requires_grad]
-        self.opt = torch.optim.Adam(self.params, lr=config.lr, eps=1e-5)
+        # fused Adam: one kernel for all parameters (CPU and CUDA)
+        self.opt = torch.optim.Adam(self.params, lr=config.lr, eps=1e-5, fused=True)
         self.lr = config.lr
         self.grad_reduce, self.stats_reduce = grad_reduce, stats_reduce
 
@@ -267,10 +268,16 @@ class PPO:
         adv, ret = gae(batch.reward, value, next_value, batch.terminated, batch.terminated | batch.truncated,
                        cfg.gamma, cfg.gae_lambda)  # [T,N], [T,N]
         S = T * N
-        obs = batch.obs.reshape(S, *batch.obs.shape[2:])  # [S,O]
-        act = batch.action.reshape(S, *batch.action.shape[2:])  # [S,A] or [S]
-        logp_old, v_old = batch.logp.reshape(S), value.reshape(S)  # [S]
-        adv_f, ret_f = adv.reshape(S), ret.reshape(S)  # [S]
+        O = self.spec.obs_dim
+        A = 1 if self.spec.discrete else self.spec.action_dim
+        # One packed [S, O+A+4] table of everything a minibatch needs, gathered once per epoch by the
+        # permutation so that minibatches are contiguous views. Observations are normalized once: the
+        # normalizer is frozen during the update.
+        with torch.no_grad():
+            x_all = self.ac.features(batch.obs.reshape(S, O))  # [S,O]
+        packed = torch.cat([
+            x_all, batch.action.reshape(S, A).to(x_all.dtype), batch.logp.reshape(S, 1), value.reshape(S, 1),
+            adv.reshape(S, 1), ret.reshape(S, 1)], dim=1)  # [S,O+A+4]
         mb = min(cfg.minibatch_size, S)
         n_mb = math.ceil(S / mb)
         sums = torch.zeros(6, device=self.device)  # policy, value, entropy, kl, clipfrac, grad_norm
@@ -279,13 +286,17 @@ class PPO:
         epoch_kls = []
         for _ in range(cfg.epochs):
             perm = torch.randperm(S, generator=self.gen, device=self.device)  # [S]
+            shuffled = packed[perm]  # [S,O+A+4]
             epoch_kl = torch.zeros((), device=self.device)
             for i in range(n_mb):
-                idx = perm[i * mb:(i + 1) * mb]  # [B]
-                x = self.ac.features(obs[idx])  # [B,O]
-                logp, ent = self.ac.log_prob_entropy(x, act[idx])
+                rows = shuffled[i * mb:(i + 1) * mb]  # [B,O+A+4] view
+                x, act = rows[:, :O], rows[:, O:O + A]  # [B,O], [B,A]
+                if self.spec.discrete:
+                    act = act.squeeze(1).long()  # [B]
+                logp_old, v_old, adv_b, ret_b = rows[:, O + A:].unbind(1)  # 4 x [B]
+                logp, ent = self.ac.log_prob_entropy(x, act)
                 v = self.ac.critic(x).squeeze(-1)  # [B]
-                loss, parts = ppo_losses(cfg, logp, ent, v, logp_old[idx], v_old[idx], adv_f[idx], ret_f[idx])
+                loss, parts = ppo_losses(cfg, logp, ent, v, logp_old, v_old, adv_b, ret_b)
                 self.opt.zero_grad(set_to_none=False)
                 loss.backward()
                 if self.grad_reduce is not None:

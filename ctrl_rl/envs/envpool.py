@@ -182,9 +182,23 @@ class EnvpoolEnv:
 
     def step(self, action: torch.Tensor) -> StepOut:
         """One step of every env, then a same-step reset of the envs whose episode ended."""
+        self.step_async(action)
+        return self.step_wait()
+
+    def step_async(self, action: torch.Tensor) -> None:
+        """Hand the actions to envpool's worker threads and return at once; ``step_wait`` collects.
+
+        Lets a collector compute the actions of another group of envs while these simulate.
+        """
         self._fresh = False
         act = self._action_to_numpy(action)  # [N,A] or [N]
-        obs, reward, terminated, truncated, info = self._env.step(act)
+        self._pending_action = act  # keep the buffer alive until envpool has read it
+        self._env.send(act)
+
+    def step_wait(self) -> StepOut:
+        """Receive the step started by ``step_async`` and apply the same-step reset."""
+        obs, reward, terminated, truncated, info = self._env.recv()
+        self._pending_action = None
         obs = self._flat(obs)  # [N,O], owned float32 copy
         reward = np.asarray(reward, dtype=np.float32)  # [N]
         terminated = np.asarray(terminated, dtype=bool)  # [N]

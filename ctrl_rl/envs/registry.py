@@ -156,6 +156,17 @@ def make_env(
     return DMCEnv(domain, task, num_envs=num_envs, **kwargs)
 
 
+def resolve_backend(env_id: str) -> str:
+    """The backend ("torch", "envpool", "gymnasium", "dmc") an id would be built with, without building it."""
+    prefix, sep, _ = env_id.partition(":")
+    if sep and prefix in PREFIXES:
+        return PREFIXES[prefix]
+    if sep:
+        raise UserInputError(f"unknown backend prefix {prefix!r} in env id {env_id!r}: expected one of "
+                             f"{', '.join(repr(p + ':') for p in _BACKEND_PREFIX.values())}.")
+    return _auto_backend(env_id)
+
+
 # ---- id lookup (lazy imports) ----------------------------------------------------------------------
 
 

@@ -16,7 +16,12 @@ from ctrl_rl.envs.protocol import BatchedEnv, StepOut
 
 
 class Wrapper:
-    """Forwards everything to ``env``; subclasses override what they change."""
+    """Forwards everything to ``env``; a subclass changes actions in ``act`` and step results in ``out``.
+
+    With those two hooks a wrapper serves both the synchronous ``step`` and the split
+    ``step_async``/``step_wait`` pair that pipelined collection uses (present when the wrapped
+    simulator has it, e.g. envpool).
+    """
 
     def __init__(self, env: BatchedEnv):
         self.env = env
@@ -27,8 +32,24 @@ class Wrapper:
     def reset(self, seed: int | None = None) -> torch.Tensor:
         return self.env.reset(seed)
 
+    def act(self, action: torch.Tensor) -> torch.Tensor:
+        return action
+
+    def out(self, out: StepOut) -> StepOut:
+        return out
+
     def step(self, action: torch.Tensor) -> StepOut:
-        return self.env.step(action)
+        return self.out(self.env.step(self.act(action)))
+
+    @property
+    def supports_async(self) -> bool:
+        return hasattr(self.unwrapped(), "step_async")
+
+    def step_async(self, action: torch.Tensor) -> None:
+        self.env.step_async(self.act(action))
+
+    def step_wait(self) -> StepOut:
+        return self.out(self.env.step_wait())
 
     def close(self) -> None:
         self.env.close()
@@ -72,8 +93,7 @@ class EpisodeStats(Wrapper):
         self.len.zero_()
         return self.env.reset(seed)
 
-    def step(self, action: torch.Tensor) -> StepOut:
-        out = self.env.step(action)
+    def out(self, out: StepOut) -> StepOut:
         done = out.terminated | out.truncated  # [N]
         self.ret += out.reward
         self.len += 1
@@ -116,9 +136,9 @@ class ActionRescale(Wrapper):
         )
         assert len(self.spec.action_low) == A
 
-    def step(self, action: torch.Tensor) -> StepOut:
+    def act(self, action: torch.Tensor) -> torch.Tensor:
         a = torch.where(self._finite, action.clamp(-1.0, 1.0), action)  # [N,A]
-        return self.env.step(a * self._scale + self._bias)
+        return a * self._scale + self._bias
 
 
 class ObsNormalize(Wrapper):
@@ -140,8 +160,7 @@ class ObsNormalize(Wrapper):
             self.norm.update(obs)
         return self.norm(obs)
 
-    def step(self, action: torch.Tensor) -> StepOut:
-        out = self.env.step(action)
+    def out(self, out: StepOut) -> StepOut:
         if self.update:
             self.norm.update(out.obs)
         out.final_obs = self.norm(out.final_obs)
@@ -167,8 +186,7 @@ class RewardScale(Wrapper):
         self.acc = torch.zeros(self.num_envs, device=self.device)  # [N]
         self.norm = RunningNorm((), clip=float("inf")).to(self.device)
 
-    def step(self, action: torch.Tensor) -> StepOut:
-        out = self.env.step(action)
+    def out(self, out: StepOut) -> StepOut:
         self.acc = self.acc * self.gamma + out.reward  # [N]
         self.norm.update(self.acc)
         self.acc = self.acc.masked_fill(out.terminated | out.truncated, 0.0)

@@ -25,14 +25,16 @@ class RolloutStorage:
         self.terminated = torch.zeros((T, N), dtype=torch.bool, device=device)  # [T,N]
         self.truncated = torch.zeros((T, N), dtype=torch.bool, device=device)  # [T,N]
 
-    def add(self, t: int, obs: torch.Tensor, action: torch.Tensor, logp: torch.Tensor, out: StepOut) -> None:
-        self.obs[t].copy_(obs)
-        self.action[t].copy_(action)
-        self.logp[t].copy_(logp)
-        self.reward[t].copy_(out.reward)
-        self.terminated[t].copy_(out.terminated)
-        self.truncated[t].copy_(out.truncated)
-        self.final_obs[t].copy_(out.final_obs)
+    def add(self, t: int, obs: torch.Tensor, action: torch.Tensor, logp: torch.Tensor, out: StepOut,
+            envs: slice = slice(None)) -> None:
+        """Write step ``t`` of the envs in ``envs`` (all by default; a slice for one group of a pipelined collector)."""
+        self.obs[t, envs].copy_(obs)
+        self.action[t, envs].copy_(action)
+        self.logp[t, envs].copy_(logp)
+        self.reward[t, envs].copy_(out.reward)
+        self.terminated[t, envs].copy_(out.terminated)
+        self.truncated[t, envs].copy_(out.truncated)
+        self.final_obs[t, envs].copy_(out.final_obs)
 
     def rollout(self) -> Rollout:
         return Rollout(self.obs, self.action, self.logp, self.reward, self.terminated, self.truncated, self.final_obs)

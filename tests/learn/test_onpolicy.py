@@ -58,7 +58,7 @@ def test_run_directory_contents(tmp_path):
     ck = load_checkpoint(d / "checkpoints" / "latest.pt", expect_algo="ppo")
     assert ck["counters"]["step"] == 8 * 64 * 4
     assert "norm.mean" in ck["algo_state"]["ac"] and "opt" in ck["algo_state"]
-    assert ck["env_state"]["own"]  # reward-scale statistics travel with the checkpoint
+    assert ck["env_state"]["groups"][0]["own"]  # reward-scale statistics travel with the checkpoint
     assert not list((d / "checkpoints").glob(".*tmp*"))
 
 
@@ -80,3 +80,75 @@ def test_divergence_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mon
         train_onpolicy(run, CFG, d)
     ck = load_checkpoint(d / "checkpoints" / "latest.pt")
     assert ck["counters"]["step"] == 8 * 64 * 2  # the checkpoint before the divergence is kept
+
+
+class _AsyncTorchEnv:
+    """A torch-native env with envpool's split step API, to test the pipelined collector exactly."""
+
+    def __init__(self, env):
+        self.env, self.num_envs, self.spec, self.device = env, env.num_envs, env.spec, env.device
+        self._pending = None
+
+    def reset(self, seed=None):
+        return self.env.reset(seed)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def step_async(self, action):
+        self._pending = action.clone()
+
+    def step_wait(self):
+        out, self._pending = self.env.step(self._pending), None
+        return out
+
+    def close(self):
+        pass
+
+
+class _DeterministicPolicy:
+    def sample(self, obs):
+        return torch.tanh(obs[:, :1] * 3.0), obs[:, 0].clone()
+
+
+def test_pipelined_collector_writes_the_same_rollout_as_stepping_each_group_in_turn():
+    from ctrl_rl.envs.torch_envs import Pendulum
+    from ctrl_rl.envs.wrappers import EpisodeStats
+    from ctrl_rl.learn.onpolicy import Collector
+    from ctrl_rl.storage.rollout import RolloutStorage
+
+    def group(seed):
+        return EpisodeStats(_AsyncTorchEnv(Pendulum(3, seed=seed, max_episode_steps=5)))
+
+    col = Collector([group(1), group(2)], torch.device("cpu"))
+    assert col.envs[0].supports_async
+    storage = RolloutStorage(7, 6, col.spec, torch.device("cpu"))
+    obs = col.reset(seed=10)
+    last = col.collect(_DeterministicPolicy(), storage, obs)
+
+    ref = [group(1), group(2)]
+    pol = _DeterministicPolicy()
+    for g, env in enumerate(ref):
+        o = env.reset(seed=10 + 7919 * g)
+        for t in range(7):
+            a, lp = pol.sample(o)
+            out = env.step(a)
+            sl = slice(3 * g, 3 * g + 3)
+            assert torch.equal(storage.obs[t, sl], o) and torch.equal(storage.action[t, sl], a)
+            assert torch.equal(storage.logp[t, sl], lp) and torch.equal(storage.reward[t, sl], out.reward)
+            assert torch.equal(storage.final_obs[t, sl], out.final_obs)
+            assert torch.equal(storage.truncated[t, sl], out.truncated)
+            o = out.obs
+        assert torch.equal(last[3 * g:3 * g + 3], o)
+    assert col.stats[2] == 6  # each of the 6 envs finished one 5-step episode
+
+
+def test_envpool_training_is_pipelined_and_resumes(tmp_path):
+    run = RunConfig(env="envpool:Pendulum-v1", num_envs=8, total_steps=8 * 8 * 3, seed=0, progress=False,
+                    checkpoint_every=1, pipeline=True)
+    res = train_onpolicy(run, CFG, tmp_path / "p")
+    ck = load_checkpoint(tmp_path / "p" / "checkpoints" / "latest.pt")
+    assert len(ck["env_state"]["groups"]) == 2 and ck["obs"].shape == (8, 3)
+    run2 = RunConfig(**{**run.__dict__, "total_steps": 8 * 8 * 5})
+    res2 = train_onpolicy(run2, CFG, tmp_path / "p", resume=True)
+    assert res2.step == 8 * 8 * 5 and res.step == 8 * 8 * 3

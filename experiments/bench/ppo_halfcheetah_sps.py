@@ -1,0 +1,116 @@
+"""Benchmark 1: PPO end-to-end env-steps/s on HalfCheetah-v5 (envpool) vs stable-baselines3 and raw envpool.
+
+Measured in one run on one machine, each figure the median of --repeats runs:
+  raw      envpool stepping with random actions (the simulator's ceiling), same env count
+  ctrl_rl  `ctrl-rl train ppo --preset halfcheetah` (envpool, 64x64 tanh nets), steps/s over the
+           whole run including learning, logging and checkpoints
+  sb3_same SB3 PPO with the same network, env count, rollout length, minibatch size and epochs
+           (DummyVecEnv of gymnasium HalfCheetah-v5, as SB3 users run it)
+  sb3_ref  SB3 PPO with its defaults and 8 envs (the 1.9k steps/s reference measured on this machine)
+
+    python experiments/bench/ppo_halfcheetah_sps.py [--steps 200000] [--repeats 3]
+
+Writes experiments/results/ppo_halfcheetah_sps.json and prints the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESET = json.loads((ROOT / "experiments/presets/halfcheetah.json").read_text())
+
+
+def raw_envpool(num_envs: int, steps: int) -> float:
+    import envpool
+    import numpy as np
+
+    env = envpool.make("HalfCheetah-v5", env_type="gymnasium", num_envs=num_envs, seed=0)
+    env.reset()
+    rng = np.random.default_rng(0)
+    acts = rng.uniform(-1, 1, size=(64, num_envs, 6)).astype(np.float32)
+    n = steps // num_envs
+    t = time.perf_counter()
+    for i in range(n):
+        env.step(acts[i % 64])
+    return n * num_envs / (time.perf_counter() - t)
+
+
+def ctrl_rl_run(steps: int, seed: int) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-m", "ctrl_rl", "train", "ppo", "--preset", str(ROOT / "experiments/presets/halfcheetah.json"),
+               "--total-steps", str(steps), "--seed", str(seed), "--run-dir", f"{d}/r", "--no-progress"]
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+        wall = time.perf_counter() - t  # includes interpreter start-up and imports
+        rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
+        return rows[-1]["step"] / rows[-1]["wall_time"], rows[-1]["step"] / wall
+
+
+def sb3_run(steps: int, seed: int, same: bool) -> float:
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    c, r = PRESET["config"], PRESET["run"]
+    if same:
+        n_envs = r["num_envs"]
+        kw = dict(n_steps=c["rollout_steps"], batch_size=c["minibatch_size"], n_epochs=c["epochs"], learning_rate=c["lr"],
+                  gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_range=c["clip_eps"], max_grad_norm=c["max_grad_norm"],
+                  policy_kwargs=dict(net_arch=dict(pi=list(c["actor_hidden"]), vf=list(c["critic_hidden"])),
+                                     activation_fn=torch.nn.Tanh, log_std_init=c["init_log_std"]))
+    else:
+        n_envs, kw = 8, {}
+    env = make_vec_env("HalfCheetah-v5", n_envs=n_envs, seed=seed)
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kw)
+    t = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    return model.num_timesteps / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=200_000, help="env steps per ctrl_rl / raw run")
+    ap.add_argument("--sb3-steps", type=int, default=40_960, help="env steps per SB3 run (SB3 is slow)")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    out: dict = {"machine": {"cpus": os.cpu_count()}, "steps": args.steps, "sb3_steps": args.sb3_steps, "repeats": args.repeats}
+    res: dict[str, list[float]] = {"raw": [], "ctrl_rl": [], "ctrl_rl_incl_startup": [], "sb3_same": [], "sb3_ref": []}
+    for k in range(args.repeats):
+        res["raw"].append(raw_envpool(PRESET["run"]["num_envs"], args.steps))
+        a, b = ctrl_rl_run(args.steps, k)
+        res["ctrl_rl"].append(a)
+        res["ctrl_rl_incl_startup"].append(b)
+        res["sb3_same"].append(sb3_run(args.sb3_steps, k, same=True))
+        res["sb3_ref"].append(sb3_run(args.sb3_steps, k, same=False))
+        print(f"repeat {k}: " + ", ".join(f"{n}={v[-1]:,.0f}" for n, v in res.items()), flush=True)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    out["runs"] = res
+    out["median_steps_per_s"] = med
+    out["ratios"] = {
+        "ctrl_rl / sb3_same": med["ctrl_rl"] / med["sb3_same"],
+        "ctrl_rl / sb3_ref": med["ctrl_rl"] / med["sb3_ref"],
+        "ctrl_rl / raw_envpool": med["ctrl_rl"] / med["raw"],
+    }
+    print("\nmedian env-steps/s:")
+    for k, v in med.items():
+        print(f"  {k:22s} {v:>10,.0f}")
+    for k, v in out["ratios"].items():
+        print(f"  {k:22s} {v:>10.2f}x")
+    dest = ROOT / "experiments/results/ppo_halfcheetah_sps.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {dest}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Benchmark 2: wall-clock time to mean training return 3000 on HalfCheetah-v5, ctrl_rl vs stable-baselines3.
+
+  ctrl_rl  `ctrl-rl train ppo --preset halfcheetah --seed S` (envpool, 128 envs). The return is the
+           mean over the episodes that finish in one logging interval (128 stochastic-policy episodes,
+           since all envs reach the 1000-step limit together); time is the run's own wall clock
+           (metrics.jsonl `wall_time`, from the first step; interpreter start-up is reported apart).
+  sb3      SB3 PPO with the rl-zoo HalfCheetah hyperparameters (1 env, VecNormalize obs+reward,
+           n_steps 512, batch 64, 20 epochs, lr 2.0633e-5, clip 0.1, gamma 0.98, lambda 0.92,
+           ent 4.0e-4, vf 0.58, grad clip 0.8, 256x256 ReLU, log_std_init -2, no ortho init). The
+           return is the mean of its last 10 finished training episodes; time from the start of learn().
+
+    python experiments/bench/time_to_3000.py [--seeds 0 1 2] [--budget-s 300] [--skip-sb3]
+
+Writes experiments/results/time_to_3000.json and prints medians and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = 3000.0
+
+
+def ctrl_rl_time(seed: int, budget_steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-m", "ctrl_rl", "train", "ppo", "--preset", str(ROOT / "experiments/presets/halfcheetah.json"),
+               "--seed", str(seed), "--total-steps", str(budget_steps), "--run-dir", f"{d}/r", "--no-progress"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+        total = time.perf_counter() - t0
+        rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
+    ep = [r for r in rows if r["episode_return"] is not None]
+    hit = next((r for r in ep if r["episode_return"] >= TARGET), None)
+    return {"seed": seed, "time_s": hit["wall_time"] if hit else None, "step": hit["step"] if hit else None,
+            "final_return": ep[-1]["episode_return"], "process_s": total, "startup_s": total - rows[-1]["wall_time"]}
+
+
+def sb3_time(seed: int, budget_s: float) -> dict:
+    import numpy as np
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    class Stop(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.t0 = time.perf_counter()
+            self.hit = None
+            self.last = float("nan")
+
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", []):
+                if "episode" in info:
+                    self.returns.append(info["episode"]["r"])
+            if len(self.returns) >= 10:
+                self.last = float(np.mean(self.returns[-10:]))
+                if self.last >= TARGET and self.hit is None:
+                    self.hit = (time.perf_counter() - self.t0, self.num_timesteps)
+                    return False
+            return time.perf_counter() - self.t0 < budget_s
+
+        def _on_training_start(self) -> None:
+            self.returns = []
+            self.t0 = time.perf_counter()
+
+    env = VecNormalize(make_vec_env("HalfCheetah-v5", n_envs=1, seed=seed), norm_obs=True, norm_reward=True)
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, n_steps=512, batch_size=64, gamma=0.98,
+                learning_rate=2.0633e-05, ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92,
+                max_grad_norm=0.8, vf_coef=0.58096,
+                policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
+                                   net_arch=dict(pi=[256, 256], vf=[256, 256])))
+    cb = Stop()
+    model.learn(total_timesteps=10_000_000, callback=cb)
+    return {"seed": seed, "time_s": cb.hit[0] if cb.hit else None, "step": cb.hit[1] if cb.hit else None,
+            "final_return": cb.last, "steps_run": model.num_timesteps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--budget-steps", type=int, default=2_000_000, help="ctrl_rl env-step budget per seed")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="SB3 wall-clock budget per seed")
+    ap.add_argument("--skip-sb3", action="store_true")
+    args = ap.parse_args()
+    ours = []
+    for s in args.seeds:
+        ours.append(ctrl_rl_time(s, args.budget_steps))
+        print("ctrl_rl", ours[-1], flush=True)
+    theirs = []
+    if not args.skip_sb3:
+        for s in args.seeds:
+            theirs.append(sb3_time(s, args.budget_s))
+            print("sb3", theirs[-1], flush=True)
+
+    def med(rs):
+        ts = [r["time_s"] for r in rs]
+        return statistics.median(ts) if rs and all(t is not None for t in ts) else None
+
+    out = {"target_return": TARGET, "ctrl_rl": ours, "sb3": theirs, "ctrl_rl_median_s": med(ours), "sb3_median_s": med(theirs)}
+    if out["ctrl_rl_median_s"] and out["sb3_median_s"]:
+        out["speedup"] = out["sb3_median_s"] / out["ctrl_rl_median_s"]
+    print(json.dumps({k: v for k, v in out.items() if k in ("ctrl_rl_median_s", "sb3_median_s", "speedup")}))
+    dest = ROOT / "experiments/results/time_to_3000.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {dest}")
+
+
+if __name__ == "__main__":
+    main()

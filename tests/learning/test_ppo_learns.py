@@ -1,0 +1,24 @@
+"""Slow learning tests (pytest -m slow): small tasks reach a return threshold on CPU with fixed seeds."""
+
+import pytest
+
+from ctrl_rl.algos.ppo import PPOConfig
+from ctrl_rl.config import DEFAULT_PRESET, RunConfig, from_dict
+from ctrl_rl.learn.onpolicy import train_onpolicy
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_default_preset_solves_torch_pendulum(tmp_path, seed):
+    run = from_dict(RunConfig, {**DEFAULT_PRESET.run, "seed": seed, "progress": False})
+    cfg = from_dict(PPOConfig, DEFAULT_PRESET.config)
+    res = train_onpolicy(run, cfg, tmp_path / "r")
+    assert res.last_return >= -250, res.last_return
+
+
+def test_cartpole_reaches_450(tmp_path):
+    run = RunConfig(env="torch:CartPole", num_envs=512, total_steps=1_000_000, seed=0, progress=False)
+    cfg = PPOConfig(rollout_steps=32, minibatch_size=4096, epochs=4, lr=1e-3, ent_coef=0.0)
+    res = train_onpolicy(run, cfg, tmp_path / "r")
+    assert res.last_return >= 450, res.last_return
