@@ -30,7 +30,9 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -c .ci/constraints.txt -e ".[test,bench]"
+	$(PY) experiments/bench/massive_parallel.py
 	$(PY) experiments/bench/ppo_halfcheetah_sps.py
+	$(PY) experiments/bench/time_to_3000.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctrl_rl.envs.envpool import resume_seed
+from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
 
 _PATCHED = False
@@ -190,22 +190,11 @@ class DMCEnv:
 
     def state_dict(self) -> dict[str, Any]:
         """Seed and counters only: resume re-seeds the tasks (not bit-exact)."""
-        return {
-            "env_id": self.spec.env_id,
-            "backend": "dmc",
-            "seed": self._seed,
-            "resets": self._resets,
-            "episodes": self._episodes,
-            "exact": False,
-        }
+        return metadata_state(self.spec.env_id, "dmc", self._seed, self._resets, self._episodes)
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Schedule a re-seed for the next ``reset()`` from the saved seed and counters (not bit-exact)."""
-        if d.get("env_id") != self.spec.env_id:
-            raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {self.spec.env_id!r}.")
-        self._pending_seed = resume_seed(d)
-        self._resets = int(d["resets"])
-        self._episodes = int(d["episodes"])
+        self._pending_seed, self._resets, self._episodes = load_metadata_state(d, self.spec.env_id)
 
     # ---- NumPy <-> torch boundary ----------------------------------------------------------------
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
+from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
 
 # Seconds per step of classic-control tasks (envpool's config does not say; values from gymnasium).
@@ -231,22 +232,11 @@ class EnvpoolEnv:
 
     def state_dict(self) -> dict[str, Any]:
         """Seed and counters only: envpool cannot save its simulators, resume re-seeds (not bit-exact)."""
-        return {
-            "env_id": self.spec.env_id,
-            "backend": "envpool",
-            "seed": self._seed,
-            "resets": self._resets,
-            "episodes": self._episodes,
-            "exact": False,
-        }
+        return metadata_state(self.spec.env_id, "envpool", self._seed, self._resets, self._episodes)
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Schedule a re-seed for the next ``reset()`` from the saved seed and counters (not bit-exact)."""
-        if d.get("env_id") != self.spec.env_id:
-            raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {self.spec.env_id!r}.")
-        self._pending_seed = resume_seed(d)
-        self._resets = int(d["resets"])
-        self._episodes = int(d["episodes"])
+        self._pending_seed, self._resets, self._episodes = load_metadata_state(d, self.spec.env_id)
 
     # ---- NumPy <-> torch boundary ----------------------------------------------------------------
 
@@ -275,10 +265,6 @@ class EnvpoolEnv:
     def __repr__(self) -> str:
         return f"EnvpoolEnv({self._task!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
 
-
-def resume_seed(d: dict[str, Any]) -> int:
-    """A fresh seed derived from a metadata state_dict, so a resumed run does not replay its first episodes."""
-    return (int(d["seed"]) * 1_000_003 + int(d["resets"]) + int(d["episodes"]) + 1) % (2**31 - 1)
 
 
 def _envpool_dt(task: str, env: Any) -> float:
