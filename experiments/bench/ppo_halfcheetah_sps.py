@@ -8,7 +8,7 @@ Measured in one run on one machine, each figure the median of --repeats runs:
            (DummyVecEnv of gymnasium HalfCheetah-v5, as SB3 users run it)
   sb3_ref  SB3 PPO with its defaults and 8 envs (the 1.9k steps/s reference measured on this machine)
 
-    python experiments/bench/ppo_halfcheetah_sps.py [--steps 200000] [--repeats 3]
+    python experiments/bench/ppo_halfcheetah_sps.py [--steps 400000] [--repeats 3]
 
 Writes experiments/results/ppo_halfcheetah_sps.json and prints the ratios.
 """
@@ -79,7 +79,7 @@ def sb3_run(steps: int, seed: int, same: bool) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=200_000, help="env steps per ctrl_rl / raw run")
+    ap.add_argument("--steps", type=int, default=400_000, help="env steps per ctrl_rl / raw run")
     ap.add_argument("--sb3-steps", type=int, default=40_960, help="env steps per SB3 run (SB3 is slow)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
