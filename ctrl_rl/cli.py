@@ -282,8 +282,10 @@ def cmd_list(args: list[str]) -> int:
     else:
         from ctrl_rl.config import list_presets
 
-        for name, p in list_presets().items():
-            print(f"{name:14s} {p.algo:6s} {p.description}")
+        presets = list_presets()
+        width = max(len(n) for n in presets)
+        for name, p in presets.items():
+            print(f"{name:{width}s}  {p.algo:6s} {p.description}")
     return 0
 
 

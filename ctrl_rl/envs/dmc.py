@@ -29,6 +29,8 @@ episodes and is not bit-exact with an uninterrupted one.
 
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 import numpy as np
@@ -46,7 +48,11 @@ def _patch_dm_control_sizes() -> None:
     if _PATCHED:
         return
     import mujoco
-    from dm_control.mujoco.wrapper.mjbindings import sizes
+
+    with warnings.catch_warnings():
+        # dm_control probes GLFW for rendering on import; without a display that only warns (we never render here)
+        warnings.filterwarnings("ignore", message=".*DISPLAY environment variable.*")
+        from dm_control.mujoco.wrapper.mjbindings import sizes
 
     for struct_name, cls in (("mjmodel", mujoco.MjModel), ("mjdata", mujoco.MjData)):
         table = sizes.array_sizes[struct_name]
@@ -81,7 +87,9 @@ class DMCEnv:
         environment_kwargs: dict[str, Any] | None = None,
     ) -> None:
         _patch_dm_control_sizes()
-        from dm_control import suite
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*DISPLAY environment variable.*")
+            from dm_control import suite
 
         self.num_envs = int(num_envs)
         self.device = torch.device(device)

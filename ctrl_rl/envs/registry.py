@@ -211,8 +211,13 @@ def _gymnasium_ids() -> set[str]:
 
 
 def _dmc_tasks() -> set[tuple[str, str]]:
+    import warnings
+
     try:
-        from dm_control import suite
+        with warnings.catch_warnings():
+            # dm_control probes GLFW for rendering on import; without a display that only warns
+            warnings.filterwarnings("ignore", message=".*DISPLAY environment variable.*")
+            from dm_control import suite
     except ImportError:
         return set()
     return set(suite.ALL_TASKS)
