@@ -26,6 +26,7 @@ Shape letters: T rollout steps, N envs, B minibatch, O obs dim, A action dim.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, replace
 from typing import Callable, Literal
@@ -369,7 +370,7 @@ class PPO:
 
     def load_state_dict(self, state: dict) -> None:
         self.ac.load_state_dict(state["ac"])
-        self.opt.load_state_dict(state["opt"])
+        self.opt.load_state_dict(copy.deepcopy(state["opt"]))  # Optimizer.load_state_dict keeps references
         self.lr = state["lr"]
         for g in self.opt.param_groups:
             g["lr"] = self.lr

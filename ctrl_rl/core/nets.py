@@ -74,3 +74,48 @@ class RunningNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ((x - self.mean) * torch.rsqrt(self.var + self.eps)).clamp(-self.clip, self.clip)
+
+
+class EnsembleLinear(nn.Module):
+    """E independent linear layers as one ``[E,in,out]`` weight: ``[E,B,in] -> [E,B,out]`` in one batched matmul.
+
+    A ``[B,in]`` input is shared by all members. Each member is initialised like ``nn.Linear``.
+    """
+
+    def __init__(self, members: int, in_dim: int, out_dim: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_dim)
+        self.weight = nn.Parameter(torch.empty(members, in_dim, out_dim).uniform_(-bound, bound))  # [E,in,out]
+        self.bias = nn.Parameter(torch.empty(members, 1, out_dim).uniform_(-bound, bound))  # [E,1,out]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(self.weight.shape[0], *x.shape)  # [E,B,in] (a view)
+        return torch.baddbmm(self.bias, x, self.weight)  # [E,B,out]
+
+
+class EnsembleMLP(nn.Module):
+    """An ensemble of E MLPs with stacked parameters (one batched matmul per layer for all members).
+
+    ``layer_norm`` adds a per-member LayerNorm after every hidden layer (before the activation).
+    Input ``[B,in]`` (shared) or ``[E,B,in]``; output ``[E,B,out]``.
+    """
+
+    def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: Activation = "relu",
+                 layer_norm: bool = False):
+        super().__init__()
+        dims = (in_dim, *hidden, out_dim)
+        self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.norm_scale = nn.ParameterList(nn.Parameter(torch.ones(members, 1, h)) for h in hidden) if layer_norm else None
+        self.norm_shift = nn.ParameterList(nn.Parameter(torch.zeros(members, 1, h)) for h in hidden) if layer_norm else None
+        self.act = _ACT[activation]()
+        self.members = members
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)  # [E,B,h]
+            if i < len(self.layers) - 1:
+                if self.norm_scale is not None:
+                    x = nn.functional.layer_norm(x, x.shape[-1:]) * self.norm_scale[i] + self.norm_shift[i]
+                x = self.act(x)
+        return x

@@ -1,0 +1,95 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from ctrl_rl.algos.sac import SAC, SACConfig, tanh_normal_sample, td_target
+from ctrl_rl.core.nets import EnsembleMLP
+from ctrl_rl.core.types import Transition
+from ctrl_rl.envs.protocol import EnvSpec
+
+SPEC = EnvSpec("synthetic:cont", (5,), False, 2, (-1.0, -1.0), (1.0, 1.0))
+
+
+def _batch(B=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1, torch.randn(B, generator=g),
+                      torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1, torch.zeros(B, dtype=torch.bool))
+
+
+def test_ensemble_mlp_equals_independent_members():
+    net = EnsembleMLP(3, 4, (8,), 2, "relu")
+    x = torch.randn(6, 4)
+    out = net(x)  # [3,6,2]
+    for e in range(3):
+        h = torch.relu(x @ net.layers[0].weight[e] + net.layers[0].bias[e])
+        assert torch.allclose(out[e], h @ net.layers[1].weight[e] + net.layers[1].bias[e], atol=1e-6)
+
+
+def test_tanh_normal_log_prob_matches_torch_distributions():
+    mean, log_std = torch.randn(1000, 3), torch.randn(1000, 3) * 0.5
+    a, logp = tanh_normal_sample(mean, log_std, torch.Generator().manual_seed(0))
+    d = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()),
+                                                    [torch.distributions.TanhTransform(cache_size=1)])
+    ref = d.log_prob(a.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1)
+    ok = a.abs().max(-1).values < 0.999  # away from the saturated edge where atanh is ill-conditioned
+    assert torch.allclose(logp[ok], ref[ok], atol=1e-3)
+
+
+def test_td_target_uses_min_over_the_given_subset_and_stops_at_termination():
+    q_next = torch.tensor([[5.0, 1.0], [2.0, 7.0], [3.0, 0.0]])  # [E=3,B=2]
+    y = td_target(q_next, torch.tensor([0, 1]), torch.tensor([1.0, 1.0]), torch.tensor([False, True]),
+                  torch.zeros(2), torch.tensor(0.0), 0.5, True)
+    assert torch.allclose(y, torch.tensor([1.0 + 0.5 * 2.0, 1.0]))  # min(5, 2) = 2 bootstrapped; terminated -> r
+    y2 = td_target(q_next, torch.tensor([2]), torch.tensor([0.0, 0.0]), torch.tensor([False, False]),
+                   torch.tensor([1.0, 1.0]), torch.tensor(0.5), 1.0, True)
+    assert torch.allclose(y2, torch.tensor([3.0 - 0.5, 0.0 - 0.5]))  # entropy term in the backup
+
+
+@pytest.mark.parametrize("n,m,ln", [(2, 2, False), (10, 2, True)])
+def test_update_moves_parameters_and_targets_by_tau(n, m, ln):
+    cfg = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), num_critics=n, target_subset=m, layer_norm=ln, tau=0.1)
+    sac = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(0))
+    actor0 = [p.detach().clone() for p in sac.actor.parameters()]
+    tgt0 = [p.detach().clone() for p in sac.critic_target.parameters()]
+    alpha0 = float(sac.alpha)
+    info = sac.update(_batch())
+    assert all(math.isfinite(v) for v in info.values())
+    assert any(not torch.equal(a, p) for a, p in zip(actor0, sac.actor.parameters()))
+    for t0, t1, src in zip(tgt0, sac.critic_target.parameters(), sac.critic.parameters()):
+        assert torch.allclose(t1, 0.9 * t0 + 0.1 * src.detach(), atol=1e-6)
+    assert float(sac.alpha) != alpha0
+    assert sac.q(sac.critic, torch.zeros(3, 5), torch.zeros(3, 2)).shape == (n, 3)
+
+
+def test_seeded_updates_are_bit_identical_and_state_round_trips():
+    cfg = SACConfig(actor_hidden=(16,), critic_hidden=(16,))
+    torch.manual_seed(0)
+    a = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    b = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(1))
+    for k in range(3):
+        a.update(_batch(seed=k))
+        b.update(_batch(seed=k))
+    assert all(torch.equal(x, y) for x, y in zip(a.critic.parameters(), b.critic.parameters()))
+    torch.manual_seed(5)
+    c = SAC(cfg, SPEC, "cpu")
+    c.load_state_dict(a.state_dict())
+    a.update(_batch(seed=9))
+    c.update(_batch(seed=9))
+    assert all(torch.equal(x, y) for x, y in zip(a.actor.parameters(), c.actor.parameters()))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_exportable_traces_to_torchscript_with_equal_outputs():
+    sac = SAC(SACConfig(actor_hidden=(16, 16)), SPEC, "cpu")
+    pol = sac.exportable()
+    x = torch.randn(7, 5)
+    traced = torch.jit.trace(pol, x)
+    assert torch.allclose(traced(x), pol(x), atol=1e-5) and pol(x).abs().max() <= 1
+
+
+def test_invalid_subset_is_rejected():
+    with pytest.raises(ValueError, match="target_subset"):
+        SACConfig(num_critics=2, target_subset=3)
