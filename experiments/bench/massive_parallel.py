@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from common import ROOT, write_result
 HIDDEN = (64, 64)
 T, EPOCHS = 16, 2
 
@@ -136,9 +136,6 @@ def main() -> None:
     out = {"matmul_gflops": peak, "flops_per_env_step": fps, "T": T, "epochs": EPOCHS, "hidden": HIDDEN, "sizes": results,
            "solve": solves, "solve_median_s": statistics.median(times) if len(times) == len(solves) else None,
            "cpus": os.cpu_count()}
-    dest = ROOT / "experiments/results/massive_parallel.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=2) + "\n")
     md = ["| envs | env-steps/s (median) | peak RSS | GFLOP/s | % of matmul | grad steps/update |", "|---|---|---|---|---|---|"]
     for r in results:
         md.append(f"| 2^{r['log2n']} | {r['sps_median']:,.0f} | {r['peak_rss_gb']:.2f} GB | {r['gflops']:.1f} | "
@@ -146,8 +143,7 @@ def main() -> None:
     md.append("")
     md.append(f"Large matmul in the same run: {peak:.0f} GFLOP/s. Solve times (default preset, return >= -200): "
               + ", ".join(f"seed {s['seed']}: {s['solved_at_s']} s" for s in solves))
-    (ROOT / "experiments/results/massive_parallel.md").write_text("\n".join(md) + "\n")
-    print(f"wrote {dest}")
+    write_result("massive_parallel", out, "\n".join(md) + "\n")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from common import ROOT, write_result
 PRESET = json.loads((ROOT / "experiments/presets/halfcheetah.json").read_text())
 
 
@@ -106,10 +106,7 @@ def main() -> None:
         print(f"  {k:22s} {v:>10,.0f}")
     for k, v in out["ratios"].items():
         print(f"  {k:22s} {v:>10.2f}x")
-    dest = ROOT / "experiments/results/ppo_halfcheetah_sps.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {dest}")
+    write_result("ppo_halfcheetah_sps", out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from common import ROOT, write_result
 TARGET = 3000.0
 
 
@@ -125,10 +125,7 @@ def main() -> None:
 
     out = summarize(ours, theirs, args.budget_s)
     print(json.dumps({k: v for k, v in out.items() if k not in ("ctrl_rl", "sb3")}))
-    dest = ROOT / "experiments/results/time_to_3000.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {dest}")
+    write_result("time_to_3000", out)
 
 
 if __name__ == "__main__":

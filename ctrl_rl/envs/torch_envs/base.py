@@ -26,6 +26,7 @@ runs are reproducible from ``(seed, actions)`` alone.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
@@ -33,7 +34,7 @@ import torch
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
 
 
-class TorchEnv:
+class TorchEnv(ABC):
     """Base of the torch batched simulators (see the module docstring).
 
     Args:
@@ -99,16 +100,19 @@ class TorchEnv:
 
     # ---- hooks -------------------------------------------------------------------------------
 
+    @abstractmethod
     def _initial_state(self, n: int) -> torch.Tensor:
-        raise NotImplementedError
+        """A fresh start state ``[S,n]`` drawn from ``self.generator`` only."""
 
+    @abstractmethod
     def _transition(
         self, state: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """``(next_state [S,N], reward [N], terminated [N] bool)``."""
 
+    @abstractmethod
     def _observe(self, state: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        raise NotImplementedError
+        """The observation's O columns, each ``[N]``."""
 
     # ---- helpers for the hooks ---------------------------------------------------------------
 
