@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import io
 import json
-import os
 import re
 import sys
 import time

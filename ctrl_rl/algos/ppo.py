@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 from torch import nn

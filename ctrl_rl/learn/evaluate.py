@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,7 +49,7 @@ def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
     probe = PPO(cfg, env.spec, opts.device)
     try:
         probe.load_state_dict(algo_state)
-    except RuntimeError as e:
+    except RuntimeError:
         raise UserInputError(f"env {run.env!r} does not fit the policy in {str(ck_path)!r} (shape mismatch): "
                              "expected an env with the training env's observation and action shapes") from None
     obs = env.reset(seed=opts.seed)

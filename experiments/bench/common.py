@@ -18,3 +18,20 @@ def write_result(name: str, payload: dict, markdown: str | None = None) -> Path:
         (RESULTS / f"{name}.md").write_text(markdown)
     print(f"wrote {dest}")
     return dest
+
+
+def run_preset(preset: str, seed: int, total_steps: int) -> tuple[list[dict], float]:
+    """Train `ctrl-rl train ppo --preset <preset>` in a fresh process; returns (metrics rows, process seconds)."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-m", "ctrl_rl", "train", "ppo", "--preset", str(ROOT / f"experiments/presets/{preset}.json"),
+               "--seed", str(seed), "--total-steps", str(total_steps), "--run-dir", f"{d}/r", "--no-progress"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+        seconds = time.perf_counter() - t0  # includes interpreter start-up and imports
+        rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
+    return rows, seconds

@@ -19,13 +19,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from common import ROOT, write_result
+from common import ROOT, run_preset, write_result
 PRESET = json.loads((ROOT / "experiments/presets/halfcheetah.json").read_text())
 
 
@@ -44,19 +40,12 @@ def raw_envpool(num_envs: int, steps: int) -> float:
     return n * num_envs / (time.perf_counter() - t)
 
 
-def ctrl_rl_run(steps: int, seed: int) -> float:
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "ctrl_rl", "train", "ppo", "--preset", str(ROOT / "experiments/presets/halfcheetah.json"),
-               "--total-steps", str(steps), "--seed", str(seed), "--run-dir", f"{d}/r", "--no-progress"]
-        t = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
-        wall = time.perf_counter() - t  # includes interpreter start-up and imports
-        rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
-        return rows[-1]["step"] / rows[-1]["wall_time"], rows[-1]["step"] / wall
+def ctrl_rl_run(steps: int, seed: int) -> tuple[float, float]:
+    rows, wall = run_preset("halfcheetah", seed, steps)
+    return rows[-1]["step"] / rows[-1]["wall_time"], rows[-1]["step"] / wall
 
 
 def sb3_run(steps: int, seed: int, same: bool) -> float:
-    import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env

@@ -19,24 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from common import ROOT, write_result
+from common import run_preset, write_result
 TARGET = 3000.0
 
 
 def ctrl_rl_time(seed: int, budget_steps: int) -> dict:
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "ctrl_rl", "train", "ppo", "--preset", str(ROOT / "experiments/presets/halfcheetah.json"),
-               "--seed", str(seed), "--total-steps", str(budget_steps), "--run-dir", f"{d}/r", "--no-progress"]
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
-        total = time.perf_counter() - t0
-        rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
+    rows, total = run_preset("halfcheetah", seed, budget_steps)
     ep = [r for r in rows if r["episode_return"] is not None]
     hit = next((r for r in ep if r["episode_return"] >= TARGET), None)
     return {"seed": seed, "time_s": hit["wall_time"] if hit else None, "step": hit["step"] if hit else None,

@@ -2,7 +2,6 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 from ctrl_rl.algos.sac import SAC, SACConfig, tanh_normal_sample, td_target
 from ctrl_rl.core.nets import EnsembleMLP
