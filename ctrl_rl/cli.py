@@ -1,7 +1,7 @@
 """The `ctrl-rl` command line: train, eval, plot, list.
 
-    ctrl-rl train ppo --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
-                      [--preset NAME] [--device cpu|cuda] [--resume DIR] [every PPO hyperparameter]
+    ctrl-rl train ppo|sac|sac_flow --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
+                      [--preset NAME] [--device cpu|cuda] [--resume DIR] [every hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
     ctrl-rl plot RUN_DIR [--out PNG]
     ctrl-rl list envs|algos|presets
@@ -32,7 +32,10 @@ from ctrl_rl.errors import UserInputError
 USAGE = __doc__.split("\n\n")[1]
 C = TypeVar("C")
 
-ALGOS = {"ppo": "Proximal Policy Optimization for many parallel envs (Gaussian or categorical head)"}
+ALGOS = {"ppo": "Proximal Policy Optimization for many parallel envs (Gaussian or categorical head)",
+         "sac": "Soft Actor-Critic: batched critic ensemble (REDQ subset), UTD ratio, CrossQ option",
+         "sac_flow": "SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC"}
+OFF_POLICY = {"sac", "sac_flow"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ class TrainArgs(Generic[C]):
     algo: Annotated[C, tyro.conf.OmitArgPrefixes]
 
 
-RESUME_OVERRIDES = {"total_steps", "progress", "threads", "collect_threads", "log_every", "checkpoint_every", "resume"}
+RESUME_OVERRIDES = {"total_steps", "progress", "threads", "collect_threads", "log_every", "checkpoint_every", "resume",
+                    "save_replay"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +139,7 @@ def _given(args: list[str]) -> set[str]:
 
 # -- train ----------------------------------------------------------------------------------------------
 def cmd_train(args: list[str]) -> int:
-    from ctrl_rl.config import ALGO_CONFIGS, from_dict, load_config, load_preset
+    from ctrl_rl.config import ALGO_CONFIGS, ALGO_RUN_DEFAULTS, from_dict, load_config, load_preset
 
     if not args or args[0] in ("-h", "--help"):
         print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {sorted(ALGO_CONFIGS)}; `ctrl-rl train ppo --help` lists the flags)")
@@ -169,17 +173,18 @@ def cmd_train(args: list[str]) -> int:
         parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run0, cfg0), prog)
         run = dataclasses.replace(run0, total_steps=parsed.run.total_steps, progress=parsed.run.progress,
                                   threads=parsed.run.threads, collect_threads=parsed.run.collect_threads, log_every=parsed.run.log_every,
-                                  checkpoint_every=parsed.run.checkpoint_every, resume=str(run_dir))
+                                  checkpoint_every=parsed.run.checkpoint_every, save_replay=parsed.run.save_replay,
+                                  resume=str(run_dir))
         return _run_training(algo, run, cfg0, run_dir, resume=True)
 
     preset_name = _pop_value(rest, "--preset")
-    run_defaults: dict = {}
+    run_defaults: dict = dict(ALGO_RUN_DEFAULTS.get(algo, {}))
     cfg_defaults: dict = {}
     if preset_name is not None:
         preset = load_preset(preset_name)
         if preset.algo != algo:
             raise UserInputError(f"preset {preset_name!r} is for {preset.algo!r}: expected a preset for {algo!r}")
-        run_defaults, cfg_defaults = dict(preset.run), dict(preset.config)
+        run_defaults, cfg_defaults = {**run_defaults, **preset.run}, dict(preset.config)
         run_defaults["preset"] = preset_name
     elif not rest or all(not t.startswith("--env") for t in rest):
         from ctrl_rl.config import DEFAULT_PRESET
@@ -191,6 +196,8 @@ def cmd_train(args: list[str]) -> int:
     cfg_d = from_dict(cfg_cls, cfg_defaults, f"preset {algo} config")
     parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run_d, cfg_d), prog)
     run, cfg = parsed.run, parsed.algo
+    if run.scale_envs > 1 and algo != "ppo":
+        raise UserInputError(f"--scale-envs applies to ppo only: expected no --scale-envs for {algo!r}")
     if run.scale_envs > 1:
         from ctrl_rl.algos.ppo import scale_envs
 
@@ -211,6 +218,9 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
     from ctrl_rl.learn.onpolicy import train_onpolicy
 
     dist_info = D.init_from_env(run.device)
+    if dist_info.enabled and algo in OFF_POLICY:
+        D.shutdown()
+        raise UserInputError(f"{algo!r} runs in one process: expected `ctrl-rl train {algo}` without torchrun")
     try:
         if dist_info.enabled:
             import torch.distributed as dist
@@ -218,7 +228,12 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
             obj = [str(run_dir)]
             dist.broadcast_object_list(obj, src=0)
             run_dir = Path(obj[0])
-        res = train_onpolicy(run, cfg, run_dir, resume=resume, dist_info=dist_info)
+        if algo in OFF_POLICY:
+            from ctrl_rl.learn.offpolicy import train_offpolicy
+
+            res = train_offpolicy(run, algo, cfg, run_dir, resume=resume)
+        else:
+            res = train_onpolicy(run, cfg, run_dir, resume=resume, dist_info=dist_info)
         if dist_info.is_main:
             png = None
             try:

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ctrl_rl.algos.ppo import PPOConfig
+from ctrl_rl.algos.sac import SACConfig
+from ctrl_rl.algos.sac_flow import SACFlowConfig
 from ctrl_rl.errors import UserInputError
 
 
@@ -46,9 +48,9 @@ class RunConfig:
     reward_scale: bool = False
     """Divide rewards by the running std of the discounted return."""
     log_every: int = 1
-    """Log every this many updates."""
+    """Log every this many iterations (PPO: updates; off-policy: steps of all envs)."""
     checkpoint_every: int = 20
-    """Write a checkpoint every this many updates (and always at the end)."""
+    """Write a checkpoint every this many iterations (and always at the end)."""
     pipeline: bool = False
     """envpool only: split the envs into two groups and compute one group's actions while the other
     simulates (exactly on-policy). Off by default: on 2 cores it measured no faster, since the
@@ -57,6 +59,8 @@ class RunConfig:
     """Show a progress bar."""
     threads: int = 0
     """torch intra-op threads (0: leave torch's default)."""
+    save_replay: bool = False
+    """Off-policy: put the replay buffer into checkpoints, so a resumed run continues with the same data."""
     collect_threads: int = 0
     """torch threads while collecting a rollout (0: auto, 1 for envpool on CPU so its worker threads get
     the cores, else the same as for the update)."""
@@ -71,7 +75,14 @@ class RunConfig:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected 0 (auto) or a positive integer")
 
 
-ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig}
+ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "sac_flow": SACFlowConfig}
+
+# Run settings that differ per algorithm when no preset gives them (off-policy: one env, log and
+# checkpoint intervals in iterations = steps of all envs).
+ALGO_RUN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "sac": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
+    "sac_flow": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
+}
 
 
 @dataclass(frozen=True)

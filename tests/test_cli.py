@@ -74,7 +74,43 @@ def test_train_smoke_on_other_backends(env, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+SAC_SMALL = ["--num-envs", "4", "--total-steps", "400", "--learning-starts", "100", "--batch-size", "32",
+             "--actor-hidden", "32", "32", "--critic-hidden", "32", "32", "--log-every", "25", "--threads", "1",
+             "--no-progress"]
+
+
+def test_sac_train_eval_and_resume_from_the_cli(tmp_path):
+    d = tmp_path / "sac"
+    r = cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--save-replay", *SAC_SMALL)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["step"] == 400
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["updates"] > 0 and "loss/critic" in rows[-1]
+    r = cli("eval", d, "--episodes", "2")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["episodes"] == 2
+    r = cli("train", "sac", "--resume", d, "--total-steps", "600", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["step"] == 600
+
+
+@pytest.mark.parametrize("velocity", ["gated", "decoded", "naive"])
+def test_sac_flow_trains_from_the_cli(velocity, tmp_path):
+    d = tmp_path / "flow"
+    r = cli("train", "sac_flow", "--env", "torch:Pendulum", "--run-dir", d, "--velocity", velocity, "--flow-hidden", "32",
+            "--noise-hidden", "32", "--d-model", "16", "--n-layers", "1", "--critic-hidden", "32", "32", "--num-envs", "4",
+            "--total-steps", "200", "--learning-starts", "100", "--batch-size", "32", "--log-every", "25", "--threads", "1",
+            "--no-progress")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["algo"] == "sac_flow" and cfg["config"]["velocity"] == velocity
+    assert json.loads(cli("eval", d, "--episodes", "2").stdout)["episodes"] == 2
+
+
 BAD = [
+    (["train", "sac", "--env", "torch:CartPole", "--total-steps", "10"], "continuous actions"),
+    (["train", "sac", "--scale-envs", "2"], "--scale-envs"),
+    (["train", "sac", "--target-subset", "3"], "target_subset"),
     (["train", "ppo", "--env", "NoSuchEnv-v9"], "NoSuchEnv-v9"),
     (["train", "ppx", "--env", "torch:Pendulum"], "ppx"),
     (["train", "ppo", "--preset", "nonexistent"], "nonexistent"),

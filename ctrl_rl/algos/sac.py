@@ -15,6 +15,15 @@ Only true terminations stop the bootstrap: a truncated transition's ``next_obs``
 observation of its episode (the protocol's ``final_obs``) and is bootstrapped like any other.
 Target critics move by Polyak averaging with a fused in-place lerp. N=2, M=2 is classic SAC.
 
+CrossQ (Bhatt et al., ICLR 2024), ``crossq=True``: BatchRenorm in the critics (and optionally the actor),
+no target network, and one joint critic forward of the ``(s, a)`` and ``(s', a')`` batches so both
+halves share the batch statistics; the target is the detached second half. The actor is evaluated
+with the critics in evaluation mode (running statistics). CrossQ also uses Adam beta1 = 0.5 and a
+policy delay of 3 (``adam_beta1``, ``policy_delay``).
+
+The actor is pluggable: any module with ``sample(obs, generator) -> (action [B,A], log_prob [B])`` in
+``[-1, 1]`` and ``mode(obs) -> action`` works (SAC Flow's flow policies use this).
+
 Shape letters: E critic members, B batch, O obs dim, A action dim.
 """
 
@@ -28,7 +37,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ctrl_rl.core.nets import Activation, EnsembleMLP, mlp
+from ctrl_rl.core.distributions import tanh_log_det
+from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
@@ -69,12 +79,38 @@ class SACConfig:
     """Subtract alpha * log pi(a'|s') inside the TD target."""
     actor_q: Literal["min", "mean"] = "min"
     """How the actor aggregates the critic ensemble."""
+    policy_delay: int = 1
+    """Update actor and temperature once every this many critic updates."""
+    adam_beta1: float = 0.9
+    """Adam beta1 of all optimizers (CrossQ uses 0.5)."""
+    crossq: bool = False
+    """CrossQ: BatchRenorm critics, no target network, joint forward of current and next batch."""
+    actor_batch_renorm: bool = False
+    """BatchRenorm in the actor too (CrossQ's actor)."""
+    renorm_warmup: int = 100_000
+    """BatchRenorm: training calls of plain batch norm before the renorm correction starts."""
+    compile: bool = False
+    """torch.compile the critic and actor steps. Off by default: on this 2-core CPU it took ~50 s to
+    compile and measured no faster than eager (experiments/bench/sac_updates.py --compile)."""
+    batch_size: int = 256
+    """Transitions per update (off-policy loop)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (off-policy loop)."""
+    learning_starts: int = 5_000
+    """Env steps of uniformly random actions before the first update (off-policy loop)."""
+    utd_ratio: float = 1.0
+    """Updates per env step (summed over envs; fractions carry over)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.target_subset <= self.num_critics:
             raise ValueError(f"invalid SAC setting target_subset={self.target_subset}: expected 1..num_critics={self.num_critics}")
         if not 0 < self.tau <= 1 or not 0 <= self.gamma <= 1 or self.init_alpha <= 0:
             raise ValueError("invalid SAC setting: expected 0 < tau <= 1, 0 <= gamma <= 1, init_alpha > 0")
+        if self.policy_delay < 1 or not 0 <= self.adam_beta1 < 1:
+            raise ValueError("invalid SAC setting: expected policy_delay >= 1 and 0 <= adam_beta1 < 1")
+        if self.batch_size < 1 or self.buffer_size < 1 or self.learning_starts < 0 or not self.utd_ratio > 0:
+            raise ValueError("invalid SAC setting: expected batch_size >= 1, buffer_size >= 1, learning_starts >= 0, "
+                             "utd_ratio > 0")
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
@@ -83,9 +119,7 @@ def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: tor
     eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)  # [B,A]
     u = mean + eps * log_std.exp()  # [B,A]
     log_n = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)  # [B]
-    # log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u)), stable for large |u|
-    log_det = (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)  # [B]
-    return torch.tanh(u), log_n - log_det
+    return torch.tanh(u), log_n - tanh_log_det(u)
 
 
 def td_target(q_next: torch.Tensor, subset: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
@@ -98,24 +132,37 @@ def td_target(q_next: torch.Tensor, subset: torch.Tensor, reward: torch.Tensor, 
 
 
 class Actor(nn.Module):
+    """Tanh-Gaussian policy: an MLP gives mean and clamped log-std of ``u``; ``a = tanh(u)``."""
+
     def __init__(self, cfg: SACConfig, spec: EnvSpec):
         super().__init__()
-        self.net = mlp(spec.obs_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation)
+        self.net = mlp(spec.obs_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation,
+                       batch_renorm=cfg.actor_batch_renorm, renorm_warmup=cfg.renorm_warmup)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(obs).chunk(2, -1)  # [B,A] each
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        return tanh_normal_sample(*self(obs), generator)
 
-class DeterministicActor(nn.Module):
-    """Exported policy: observation -> tanh(mean), the agent's action space [-1, 1]."""
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self(obs)[0])
 
-    def __init__(self, actor: Actor):
+
+class DeterministicPolicy(nn.Module):
+    """Exported policy: observation -> the actor's deterministic action in the agent's space [-1, 1]."""
+
+    def __init__(self, actor: nn.Module):
         super().__init__()
         self.actor = actor
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.actor(obs)[0])
+        return self.actor.mode(obs)
+
+
+def _has_batch_renorm(module: nn.Module) -> bool:
+    return any(isinstance(m, BatchRenorm) for m in module.modules())
 
 
 class SAC:
@@ -124,23 +171,33 @@ class SAC:
     name = "sac"
 
     def __init__(self, config: SACConfig, spec: EnvSpec, device: torch.device | str = "cpu",
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, actor: nn.Module | None = None):
         if spec.discrete:
             raise ValueError(f"SAC needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         c = config
-        self.actor = Actor(c, spec).to(self.device)
+        self.actor = (actor if actor is not None else Actor(c, spec)).to(self.device)
         self.critic = EnsembleMLP(c.num_critics, spec.obs_dim + spec.action_dim, c.critic_hidden, 1, c.activation,
-                                  c.layer_norm).to(self.device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+                                  c.layer_norm, batch_renorm=c.crossq, renorm_warmup=c.renorm_warmup).to(self.device)
+        # CrossQ has no target network: the joint forward's detached second half is the target
+        self.critic_target = None if c.crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(c.init_alpha), device=self.device, requires_grad=c.learn_alpha)
         self.target_entropy = float(-spec.action_dim if c.target_entropy is None else c.target_entropy)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr) if c.learn_alpha else None
-        self._tgt = list(self.critic_target.parameters())
-        self._src = list(self.critic.parameters())
+        betas = (c.adam_beta1, 0.999)
+        # fused Adam: one kernel over all parameters of a network (CPU and CUDA)
+        self.actor_params = list(self.actor.parameters())
+        self.actor_opt = torch.optim.Adam(self.actor_params, lr=c.actor_lr, betas=betas, fused=True)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr, betas=betas, fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True) if c.learn_alpha else None
+        self.actor_renorm = _has_batch_renorm(self.actor)
+        if c.compile:
+            self.update_critic = torch.compile(self.update_critic)
+            self.update_actor = torch.compile(self.update_actor)
+        self.critic_updates = 0
+        if self.critic_target is not None:
+            self._tgt = list(self.critic_target.parameters())
+            self._src = list(self.critic.parameters())
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -149,66 +206,111 @@ class SAC:
     def q(self, net: EnsembleMLP, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return net(torch.cat([obs, action], -1)).squeeze(-1)  # [E,B]
 
+    def _sample_eval(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor sample with BatchRenorm (if any) on running statistics, statistics left untouched."""
+        if not self.actor_renorm:
+            return self.actor.sample(obs, self.gen)
+        self.actor.eval()
+        try:
+            return self.actor.sample(obs, self.gen)
+        finally:
+            self.actor.train()
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        mean, log_std = self.actor(obs)
         if deterministic:
-            return torch.tanh(mean)
-        return tanh_normal_sample(mean, log_std, self.gen)[0]
+            return self.exportable()(obs) if self.actor_renorm else self.actor.mode(obs)
+        return self._sample_eval(obs)[0]
 
     def exportable(self) -> nn.Module:
-        return DeterministicActor(self.actor)
+        """Deterministic policy on a copy of the actor in evaluation mode (the agent's action space [-1, 1])."""
+        return DeterministicPolicy(copy.deepcopy(self.actor)).eval()
 
     def update_critic(self, batch: Transition) -> dict[str, torch.Tensor]:
         c = self.config
+        B = batch.obs.shape[0]
+        subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
         with torch.no_grad():
-            next_a, next_logp = tanh_normal_sample(*self.actor(batch.next_obs), self.gen)  # [B,A], [B]
-            q_next = self.q(self.critic_target, batch.next_obs, next_a)  # [E,B]
-            subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
-            y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
-                          c.backup_entropy)  # [B]
-        q = self.q(self.critic, batch.obs, batch.action)  # [E,B]
+            next_a, next_logp = self._sample_eval(batch.next_obs)  # [B,A], [B]
+        if c.crossq:
+            q_all = self.q(self.critic, torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.action, next_a]))  # [E,2B]
+            q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
+        else:
+            with torch.no_grad():
+                q_next = self.q(self.critic_target, batch.next_obs, next_a)  # [E,B]
+            q = self.q(self.critic, batch.obs, batch.action)  # [E,B]
+        y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
+                      c.backup_entropy)  # [B]
         loss = (q - y).square().mean()
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
-        polyak_(self._tgt, self._src, c.tau)
+        if self.critic_target is not None:
+            polyak_(self._tgt, self._src, c.tau)
+        self.critic_updates += 1
         return {"loss/critic": loss.detach(), "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean()}
 
     def update_actor(self, batch: Transition) -> dict[str, torch.Tensor]:
         c = self.config
-        a, logp = tanh_normal_sample(*self.actor(batch.obs), self.gen)  # [B,A], [B]
-        q = self.q(self.critic, batch.obs, a)  # [E,B]
+        a, logp = self.actor.sample(batch.obs, self.gen)  # [B,A], [B]
+        if c.crossq:
+            self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
+        try:
+            q = self.q(self.critic, batch.obs, a)  # [E,B]
+        finally:
+            self.critic.train()
         q_agg = q.min(0).values if c.actor_q == "min" else q.mean(0)  # [B]
         loss = (self.alpha * logp - q_agg).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.actor_opt.step()
-        out = {"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(), "stats/alpha": self.alpha}
-        if self.alpha_opt is not None:
-            alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-            out["loss/alpha"] = alpha_loss.detach()
-        return out
+        self.actor_step(loss)
+        return {"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(), "stats/alpha": self.alpha,
+                **self.alpha_step(logp)}
 
-    def update(self, batch: Transition) -> dict[str, float]:
-        """One critic step (with the target update) and one actor/temperature step; one host sync."""
-        info = {**self.update_critic(batch), **self.update_actor(batch)}
+    def actor_step(self, loss: torch.Tensor) -> None:
+        """One optimizer step of the actor on ``loss``. Gradients are taken for the actor's parameters only:
+        the critics' weight gradients of an actor loss are never computed."""
+        grads = torch.autograd.grad(loss, self.actor_params, allow_unused=True)
+        for p, g in zip(self.actor_params, grads):
+            p.grad = g
+        self.actor_opt.step()
+
+    def alpha_step(self, logp: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One temperature step towards the target entropy, ``L = -log_alpha * (log pi + H_target)``."""
+        if self.alpha_opt is None:
+            return {}
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        return {"loss/alpha": alpha_loss.detach()}
+
+    def update(self, batch: Transition, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+        """One critic step (with the target update) and, every ``policy_delay`` critic steps, one
+        actor/temperature step. ``sync=False`` returns device tensors (no host sync)."""
+        info = self.update_critic(batch)
+        if self.critic_updates % self.config.policy_delay == 0:
+            info.update(self.update_actor(batch))
+        if not sync:
+            return info
         vals = torch.stack([v.float() for v in info.values()]).tolist()
         return dict(zip(info.keys(), vals))
 
+    def parameters_finite(self) -> bool:
+        params = [*self.actor.parameters(), *self.critic.parameters(), self.log_alpha]
+        return bool(torch.stack([p.detach().isfinite().all() for p in params]).all())
+
     def state_dict(self) -> dict:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "critic_target": self.critic_target.state_dict() if self.critic_target is not None else None,
+                "log_alpha": self.log_alpha.detach().clone(), "critic_updates": self.critic_updates,
                 "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
                 "alpha_opt": self.alpha_opt.state_dict() if self.alpha_opt else None, "gen": self.gen.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        if self.critic_target is not None:
+            self.critic_target.load_state_dict(state["critic_target"])
+        self.critic_updates = int(state.get("critic_updates", 0))
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         # deep copies: torch's Optimizer.load_state_dict keeps references to the given state tensors

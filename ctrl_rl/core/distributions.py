@@ -42,3 +42,8 @@ def categorical_sample(logits: torch.Tensor, generator: torch.Generator | None) 
     u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
     gumbel = -torch.log(-torch.log(u.clamp_min(1e-20)))
     return (logits + gumbel).argmax(-1)
+
+
+def tanh_log_det(u: torch.Tensor) -> torch.Tensor:
+    """``sum_j log(1 - tanh(u_j)^2)`` for ``u [B,A] -> [B]``, as ``2 (log 2 - u - softplus(-2u))`` (stable for large |u|)."""
+    return (2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)

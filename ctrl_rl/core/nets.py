@@ -19,11 +19,18 @@ def mlp(
     activation: Activation = "tanh",
     layer_norm: bool = False,
     out_gain: float = 1.0,
+    batch_renorm: bool = False,
+    renorm_warmup: int = 100_000,
 ) -> nn.Sequential:
-    """Linear layers with orthogonal init (gain sqrt 2 hidden, ``out_gain`` last) and zero biases."""
+    """Linear layers with orthogonal init (gain sqrt 2 hidden, ``out_gain`` last) and zero biases.
+
+    ``batch_renorm`` puts a BatchRenorm before every linear layer (input included), CrossQ's layout.
+    """
     layers: list[nn.Module] = []
     dims = (in_dim, *hidden)
     for a, b in zip(dims[:-1], dims[1:]):
+        if batch_renorm:
+            layers.append(BatchRenorm(a, warmup_steps=renorm_warmup))
         lin = nn.Linear(a, b)
         nn.init.orthogonal_(lin.weight, math.sqrt(2))
         nn.init.zeros_(lin.bias)
@@ -31,6 +38,8 @@ def mlp(
         if layer_norm:
             layers.append(nn.LayerNorm(b))
         layers.append(_ACT[activation]())
+    if batch_renorm:
+        layers.append(BatchRenorm(dims[-1], warmup_steps=renorm_warmup))
     last = nn.Linear(dims[-1], out_dim)
     nn.init.orthogonal_(last.weight, out_gain)
     nn.init.zeros_(last.bias)
@@ -97,25 +106,74 @@ class EnsembleLinear(nn.Module):
 class EnsembleMLP(nn.Module):
     """An ensemble of E MLPs with stacked parameters (one batched matmul per layer for all members).
 
-    ``layer_norm`` adds a per-member LayerNorm after every hidden layer (before the activation).
+    ``layer_norm`` adds a per-member LayerNorm after every hidden layer (before the activation);
+    ``batch_renorm`` a per-member BatchRenorm before every linear layer (CrossQ's critic).
     Input ``[B,in]`` (shared) or ``[E,B,in]``; output ``[E,B,out]``.
     """
 
     def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: Activation = "relu",
-                 layer_norm: bool = False):
+                 layer_norm: bool = False, batch_renorm: bool = False, renorm_warmup: int = 100_000):
         super().__init__()
         dims = (in_dim, *hidden, out_dim)
         self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.renorms = nn.ModuleList(BatchRenorm(a, members, warmup_steps=renorm_warmup) for a in dims[:-1]) \
+            if batch_renorm else None
         self.norm_scale = nn.ParameterList(nn.Parameter(torch.ones(members, 1, h)) for h in hidden) if layer_norm else None
         self.norm_shift = nn.ParameterList(nn.Parameter(torch.zeros(members, 1, h)) for h in hidden) if layer_norm else None
         self.act = _ACT[activation]()
         self.members = members
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.renorms is not None and x.dim() == 2:
+            x = x.unsqueeze(0).expand(self.members, *x.shape)  # [E,B,in]: per-member statistics
         for i, layer in enumerate(self.layers):
+            if self.renorms is not None:
+                x = self.renorms[i](x)
             x = layer(x)  # [E,B,h]
             if i < len(self.layers) - 1:
                 if self.norm_scale is not None:
                     x = nn.functional.layer_norm(x, x.shape[-1:]) * self.norm_scale[i] + self.norm_shift[i]
                 x = self.act(x)
         return x
+
+
+class BatchRenorm(nn.Module):
+    """Batch Renormalization (Ioffe 2017) over every dim but the last, as CrossQ uses it (Bhatt et al. 2024).
+
+    Training mode normalises with the batch moments, corrected towards the running ones by
+    ``r = clip(sigma_B / sigma, 1/r_max, r_max)`` and ``d = clip((mu_B - mu) / sigma, -d_max, d_max)``
+    (both without gradient); for the first ``warmup_steps`` training calls r = 1, d = 0 (plain batch norm).
+    Evaluation mode uses the running moments. ``members`` > 0 keeps separate statistics and affine
+    parameters per ensemble member for ``[E,B,F]`` inputs. Running moments move with ``1 - momentum``.
+    """
+
+    def __init__(self, features: int, members: int = 0, momentum: float = 0.99, r_max: float = 3.0, d_max: float = 5.0,
+                 warmup_steps: int = 100_000, eps: float = 1e-3):
+        super().__init__()
+        shape = (members, 1, features) if members else (features,)
+        self.register_buffer("running_mean", torch.zeros(shape))
+        self.register_buffer("running_var", torch.ones(shape))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self.weight = nn.Parameter(torch.ones(shape))
+        self.bias = nn.Parameter(torch.zeros(shape))
+        self.momentum, self.r_max, self.d_max, self.warmup_steps, self.eps = momentum, r_max, d_max, warmup_steps, eps
+        self.members = members
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            x_hat = (x - self.running_mean) * torch.rsqrt(self.running_var + self.eps)
+            return x_hat * self.weight + self.bias
+        dims = (-2,) if self.members else tuple(range(x.dim() - 1))
+        mean = x.mean(dims, keepdim=bool(self.members))  # [E,1,F] or [F]
+        var = x.var(dims, unbiased=False, keepdim=bool(self.members))
+        std = (var + self.eps).sqrt()
+        with torch.no_grad():
+            run_std = (self.running_var + self.eps).sqrt()
+            active = (self.steps >= self.warmup_steps).to(x.dtype)  # 0 during warm-up: r = 1, d = 0
+            r = 1 + active * ((std / run_std).clamp(1 / self.r_max, self.r_max) - 1)
+            d = active * ((mean - self.running_mean) / run_std).clamp(-self.d_max, self.d_max)
+            self.running_mean.lerp_(mean, 1 - self.momentum)
+            self.running_var.lerp_(var, 1 - self.momentum)
+            self.steps += 1
+        x_hat = (x - mean) / std * r + d
+        return x_hat * self.weight + self.bias

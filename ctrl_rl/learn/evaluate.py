@@ -33,32 +33,44 @@ class EvalOptions:
 
 @torch.no_grad()
 def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
-    from ctrl_rl.algos.ppo import PPO
-    from ctrl_rl.config import RunConfig, from_dict
-    from ctrl_rl.algos.ppo import PPOConfig
+    from ctrl_rl.config import ALGO_CONFIGS, RunConfig, from_dict
     from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
     from ctrl_rl.learn.onpolicy import build_env
 
     ck_path = find_checkpoint(path)
     ck = load_checkpoint(ck_path)
+    name = ck.get("algo")
+    if name not in ALGO_CONFIGS:
+        raise UserInputError(f"checkpoint {str(ck_path)!r} holds an unknown algorithm {name!r}: expected one of {sorted(ALGO_CONFIGS)}")
     run = from_dict(RunConfig, ck["config"]["run"], "checkpoint run config")
-    cfg = from_dict(PPOConfig, ck["config"]["algo"], "checkpoint ppo config")
+    cfg = from_dict(ALGO_CONFIGS[name], ck["config"]["algo"], f"checkpoint {name} config")
     run = dataclasses.replace(run, env=opts.env or run.env, device=opts.device, reward_scale=False)
     env = build_env(run, opts.episodes, opts.seed, cfg.gamma)
     algo_state = ck["algo_state"] if "algo_state" in ck else ck["ranks"][0]["algo_state"]
-    probe = PPO(cfg, env.spec, opts.device)
+    if name == "ppo":
+        from ctrl_rl.algos.ppo import PPO
+
+        probe = PPO(cfg, env.spec, opts.device)
+        policy = (lambda o: probe.sample(o)[0]) if opts.stochastic else (lambda o: probe.act(o, deterministic=True))
+    else:
+        from ctrl_rl.learn.offpolicy import make_offpolicy_algo
+
+        probe = make_offpolicy_algo(name, cfg, env.spec, torch.device(opts.device), torch.Generator(opts.device))
+        policy = (lambda o: probe.act(o, deterministic=not opts.stochastic))
     try:
         probe.load_state_dict(algo_state)
     except RuntimeError:
         raise UserInputError(f"env {run.env!r} does not fit the policy in {str(ck_path)!r} (shape mismatch): "
                              "expected an env with the training env's observation and action shapes") from None
+    if name != "ppo":
+        probe.gen.manual_seed(opts.seed)  # the loaded state carries the training generator; evaluation has its own
     obs = env.reset(seed=opts.seed)
     N = opts.episodes
     returns = torch.full((N,), float("nan"))
     lengths = torch.zeros(N, dtype=torch.int64)
     finished = torch.zeros(N, dtype=torch.bool)
     for _ in range(opts.max_steps):
-        action = probe.sample(obs)[0] if opts.stochastic else probe.act(obs, deterministic=True)
+        action = policy(obs)
         out = env.step(action)
         d = out.info["episode_done"].cpu() & ~finished
         returns[d] = out.info["episode_return"].cpu()[d].float()

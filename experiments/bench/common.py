@@ -20,16 +20,18 @@ def write_result(name: str, payload: dict, markdown: str | None = None) -> Path:
     return dest
 
 
-def run_preset(preset: str, seed: int, total_steps: int) -> tuple[list[dict], float]:
-    """Train `ctrl-rl train ppo --preset <preset>` in a fresh process; returns (metrics rows, process seconds)."""
+def run_preset(preset: str, seed: int, total_steps: int, algo: str = "ppo", extra: tuple[str, ...] = ()
+               ) -> tuple[list[dict], float]:
+    """Train `ctrl-rl train <algo> --preset <preset> [extra flags]` in a fresh process; returns
+    (metrics rows, process seconds)."""
     import subprocess
     import sys
     import tempfile
     import time
 
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "ctrl_rl", "train", "ppo", "--preset", str(ROOT / f"experiments/presets/{preset}.json"),
-               "--seed", str(seed), "--total-steps", str(total_steps), "--run-dir", f"{d}/r", "--no-progress"]
+        cmd = [sys.executable, "-m", "ctrl_rl", "train", algo, "--preset", str(ROOT / f"experiments/presets/{preset}.json"),
+               "--seed", str(seed), "--total-steps", str(total_steps), "--run-dir", f"{d}/r", "--no-progress", *extra]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
         seconds = time.perf_counter() - t0  # includes interpreter start-up and imports

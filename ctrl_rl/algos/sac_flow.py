@@ -1,0 +1,420 @@
+"""SAC Flow: SAC with a flow policy trained end to end through its noisy K-step rollout.
+
+Paper: Zhang et al. 2025, "Sample-Efficient RL of Flow-Based Policies via Velocity-Reparameterized Sequential
+Modeling" (arXiv 2509.25756); official JAX code Elessar123/SAC-FLOW. ALGORITHMS.md §2.
+
+Policy (noise-augmented rollout; dt = 1/K, t_i = i/K, i = 0..K-1):
+
+    A_0 ~ N(0, I)
+    m_i = A_i + dt * v(s, A_i, t_i),   A_{i+1} = m_i + s_i * eps_i,   eps_i ~ N(0, I) fresh per step and call
+    a   = tanh(A_K)
+    log pi(a|s) := log N(A_0; 0, I) + sum_i log N(A_{i+1}; m_i, s_i^2) - sum_j log(1 - tanh(A_Kj)^2)
+
+``log pi`` is the log-density of the whole noisy path; it replaces the marginal action density in every SAC
+term (critic target, actor loss, temperature loss). Gradients of the actor loss flow through all K steps
+(reparameterised). ``mode`` is the noise-free path from A_0 = 0. Velocity fields (``velocity``):
+
+    gated   (Flow-G, §2.3): x = [BRN(s, A_i), emb(t_i)],  v = sigmoid(Gate(x)) * (Cand(x) - A_i);
+            s_i = sigma(s) from a state-only MLP. Gate's last layer starts at W = 0, b = 5, so every step begins
+            as a plain residual move towards the candidate (g = sigmoid(5) = 0.993).
+    decoded (Flow-T, §2.4): the step token Dense(BRN(A_i)) + TimeMLP(t_i) runs through decoder blocks shared
+            over the steps (self-attention on itself, cross-attention to the obs token, FFN); two heads give the
+            velocity mean mu_i and log sigma_i. The noise is on the velocity, A_{i+1} = A_i + dt (mu_i + sigma_i eps_i),
+            so s_i = dt sigma_i, and the density includes its Jacobian -log(dt sigma_i).
+    naive   (the unstable baseline, §2.7): v, log sigma = MLP(BRN(s, A_i, t_i)).
+
+    log sigma = log_min + (log_max - log_min) (tanh(h) + 1) / 2       (h: raw network output)
+
+With one step token and one obs token, every softmax in the decoder is over a single key and equals 1, so
+attention reduces to out_proj(value_proj(.)); the general attention is kept to stay the paper's architecture.
+
+SAC losses, critics, CrossQ option, targets and export are ctrl_rl.algos.sac's, with the paper's target entropy 0
+and initial temperature 0.2 (§2.5).
+
+Offline-to-online (§2.5), as functions of the agent and a buffer:
+
+    flow matching:  L_FM = mean || v(s, x_t, t) - (x_1 - x_0) ||^2,  x_t = (1 - t) x_0 + t x_1,
+                    x_0 ~ N(0, I), t ~ U[0, 1], x_1 = atanh(clip(a_data))   (pre-tanh data actions)
+    online actor:   L_pi = alpha_reg * mean (a_pi(s) - a_data)^2 - mean_i Q_i(s, a_pi) + alpha * log pi(a_pi|s)
+
+Deliberate deviations from the official code: (1) fresh noise at every step of every call (the offline-to-online
+agents draw it from a fixed PRNGKey(42)); (2) Flow-T's transition density includes -log(dt sigma) (the from-scratch
+file scores only log N(eps; 0, 1)); (3) the exact stable tanh log-det instead of log(1 - tanh^2 + 1e-6);
+(4) Flow-T uses one BatchRenorm on A_i shared by all steps (the code creates one per step, which has no meaning
+for the continuous t of flow matching); (5) flow matching regresses onto atanh of the clipped data action, since
+the policy emits tanh(A_K) (the code regresses onto the raw action); squared errors are averaged over batch and
+action dims as in the code; (6) offline-to-online keeps the learned noise std (the code fixes 0.1 / 0.05) and
+has no action chunks. MLP initialisation is ctrl_rl's (orthogonal), the decoder's PyTorch's default.
+
+Shape letters: K flow steps, B batch, O obs dim, A action dim, D model width, L tokens, H heads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+from torch import nn
+
+from ctrl_rl.algos.sac import SAC, SACConfig
+from ctrl_rl.core.distributions import tanh_log_det
+from ctrl_rl.core.nets import BatchRenorm, mlp
+from ctrl_rl.core.types import Transition
+from ctrl_rl.envs.protocol import EnvSpec
+
+FlowVelocity = Literal["gated", "decoded", "naive"]
+_LOG_2PI = math.log(2 * math.pi)
+PRE_TANH_CLIP = 0.999
+"""Data actions are clipped to [-0.999, 0.999] before atanh (|atanh| <= 3.8)."""
+
+
+@dataclass(frozen=True)
+class SACFlowConfig(SACConfig):
+    """SAC Flow hyperparameters: SAC's (``actor_hidden`` unused) plus the flow policy's, defaults from the
+    paper's from-scratch code. The paper's from-scratch runs also use the CrossQ backbone (``crossq=True``,
+    ``adam_beta1=0.5``, ``policy_delay=3``, ``critic_lr=1e-3``, ``critic_hidden=(1024, 1024)``, ``batch_size=512``,
+    ``learning_starts=50_000``); those stay SAC's defaults here and belong in a preset."""
+
+    init_alpha: float = 0.2
+    """Initial temperature (paper: 0.2)."""
+    target_entropy: float | None = 0.0
+    """Target entropy of the path log-likelihood (paper: 0; -|A| behaves differently, §2.7)."""
+    velocity: FlowVelocity = "gated"
+    """Velocity field: "gated" (Flow-G), "decoded" (Flow-T transformer decoder) or "naive" (plain MLP)."""
+    flow_steps: int = 4
+    """K: Euler steps of the rollout (dt = 1/K)."""
+    flow_hidden: int = 512
+    """Flow-G: hidden width of the gate and candidate MLPs; naive: width of both hidden layers."""
+    time_embed_dim: int = 32
+    """Flow-G: sinusoidal time features, then Dense(2x) -> swish -> Dense(this)."""
+    noise_hidden: tuple[int, ...] = (512, 512)
+    """Flow-G: hidden widths of the state-only ReLU MLP giving the per-step noise std."""
+    d_model: int = 96
+    """Flow-T: token width (obs encoder d/2 -> d, time MLP d/4 -> d/2 -> d, FFN 4d)."""
+    n_heads: int = 4
+    """Flow-T: attention heads (must divide d_model)."""
+    n_layers: int = 2
+    """Flow-T: decoder blocks, shared by all K steps."""
+    noise_log_std_min: float = -5.0
+    """Lower end of the tanh-rescaled log noise std."""
+    noise_log_std_max: float = 2.0
+    """Upper end of the tanh-rescaled log noise std."""
+    gate_bias: float = 5.0
+    """Flow-G: initial bias of the gate's last layer (its weights start at zero)."""
+    flow_batch_renorm: bool = True
+    """BatchRenorm on the velocity inputs (Flow-G: (s, A_i); Flow-T: s, A_i and the decoder norms instead of
+    LayerNorm; naive: (s, A_i, t)), as in the paper's CrossQ-based code."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.velocity not in ("gated", "decoded", "naive"):
+            raise ValueError(f"invalid SAC Flow velocity {self.velocity!r}: expected 'gated', 'decoded' or 'naive'")
+        if self.flow_steps < 1 or self.flow_hidden < 1 or any(h < 1 for h in self.noise_hidden):
+            raise ValueError("invalid SAC Flow setting: expected flow_steps >= 1 and positive hidden widths")
+        if self.time_embed_dim < 4 or self.time_embed_dim % 2:
+            raise ValueError(f"invalid SAC Flow time_embed_dim={self.time_embed_dim}: expected an even number >= 4")
+        if self.n_heads < 1 or self.n_layers < 1 or self.d_model < 4 or self.d_model % 4 or self.d_model % self.n_heads:
+            raise ValueError(f"invalid SAC Flow decoder d_model={self.d_model}, n_heads={self.n_heads}, "
+                             f"n_layers={self.n_layers}: expected d_model divisible by 4 and by n_heads, n_layers >= 1")
+        if not self.noise_log_std_min < self.noise_log_std_max:
+            raise ValueError("invalid SAC Flow setting: expected noise_log_std_min < noise_log_std_max")
+        if self.actor_batch_renorm:
+            raise ValueError("actor_batch_renorm describes SAC's Gaussian actor; SAC Flow takes flow_batch_renorm")
+
+
+def squash_log_std(h: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """``log sigma = lo + (hi - lo) (tanh(h) + 1) / 2``: smooth, bounded in (lo, hi)."""
+    return lo + 0.5 * (hi - lo) * (torch.tanh(h) + 1.0)
+
+
+def _input_norm(features: int, cfg: SACFlowConfig) -> nn.Module:
+    return BatchRenorm(features, warmup_steps=cfg.renorm_warmup) if cfg.flow_batch_renorm else nn.Identity()
+
+
+class VelocityField(Protocol):
+    """What FlowActor needs from a velocity network."""
+
+    noise_on_velocity: bool
+    """True: the noise std is on the velocity (transition std dt * sigma); False: on A_{i+1} directly."""
+
+    def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        """Per-call work on the observation, shared by the K steps (``noise=False``: the std is not needed)."""
+        ...
+
+    def __call__(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [B,O]``, ``x [B,A]``, ``t [B,1]`` -> velocity mean ``[B,A]`` and log sigma ``[B,A]``."""
+        ...
+
+
+class SinusoidalTime(nn.Module):
+    """``t [B,1]`` -> sin/cos features (``dim``) -> Dense(2 dim) -> swish -> Dense(dim): Flow-G's time embedding."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        half = dim // 2
+        self.register_buffer("freq", torch.exp(-math.log(10000.0) * torch.arange(half) / (half - 1)))  # [dim/2]
+        self.mlp = mlp(dim, (2 * dim,), dim, "silu")
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        z = t * self.freq  # [B,dim/2]
+        return self.mlp(torch.cat([z.sin(), z.cos()], -1))  # [B,dim]
+
+
+class GatedVelocity(nn.Module):
+    """Flow-G: ``v = sigmoid(Gate(x)) * (Cand(x) - A)``, ``x = [BRN(s, A), emb(t)]``; noise std from the state."""
+
+    noise_on_velocity = False
+
+    def __init__(self, cfg: SACFlowConfig, obs_dim: int, action_dim: int):
+        super().__init__()
+        in_dim = obs_dim + action_dim + cfg.time_embed_dim
+        self.norm = _input_norm(obs_dim + action_dim, cfg)
+        self.time = SinusoidalTime(cfg.time_embed_dim)
+        self.gate = mlp(in_dim, (cfg.flow_hidden,), action_dim, "silu")
+        nn.init.zeros_(self.gate[-1].weight)
+        nn.init.constant_(self.gate[-1].bias, cfg.gate_bias)
+        self.cand = mlp(in_dim, (cfg.flow_hidden,), action_dim, "silu")
+        self.noise = mlp(obs_dim, cfg.noise_hidden, action_dim, "relu")
+        self.log_std_range = (cfg.noise_log_std_min, cfg.noise_log_std_max)
+
+    def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        if not noise:
+            return obs[:, :0]  # [B,0]: the std network is skipped when only the velocity is needed
+        return squash_log_std(self.noise(obs), *self.log_std_range)  # [B,A], the same at every step
+
+    def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.cat([self.norm(torch.cat([obs, x], -1)), self.time(t)], -1)  # [B,O+A+T]
+        return torch.sigmoid(self.gate(h)) * (self.cand(h) - x), ctx  # [B,A], [B,A]
+
+
+class Attention(nn.Module):
+    """Multi-head scaled dot-product attention of ``query [B,Lq,D]`` over ``memory [B,Lk,D]`` -> ``[B,Lq,D]``."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
+        self.heads = heads
+
+    def forward(self, query: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        def split(z: torch.Tensor) -> torch.Tensor:
+            return z.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # [B,H,L,D/H]
+
+        o = nn.functional.scaled_dot_product_attention(split(self.q(query)), split(self.k(memory)),
+                                                       split(self.v(memory)))  # [B,H,Lq,D/H]
+        return self.out(o.transpose(1, 2).flatten(2))  # [B,Lq,D]
+
+
+class DecoderBlock(nn.Module):
+    """Post-norm decoder block: self-attention, cross-attention to the memory, FFN(4d, GELU), each + residual."""
+
+    def __init__(self, cfg: SACFlowConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn, self.cross_attn = Attention(d, cfg.n_heads), Attention(d, cfg.n_heads)
+        self.ffn = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.norms = nn.ModuleList(BatchRenorm(d, warmup_steps=cfg.renorm_warmup) if cfg.flow_batch_renorm
+                                   else nn.LayerNorm(d) for _ in range(3))
+
+    def forward(self, tok: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        # one step token per sequence: the paper's diagonal self-attention mask is satisfied trivially
+        tok = self.norms[0](tok + self.self_attn(tok, tok))  # [B,1,D]
+        tok = self.norms[1](tok + self.cross_attn(tok, memory))  # [B,1,D]
+        return self.norms[2](tok + self.ffn(tok))  # [B,1,D]
+
+
+class DecodedVelocity(nn.Module):
+    """Flow-T: the step token ``Dense(BRN(A)) + TimeMLP(t)`` decoded against the obs token; heads give the
+    velocity mean and the log std of the velocity noise."""
+
+    noise_on_velocity = True
+
+    def __init__(self, cfg: SACFlowConfig, obs_dim: int, action_dim: int):
+        super().__init__()
+        d = cfg.d_model
+        self.obs_norm, self.act_norm = _input_norm(obs_dim, cfg), _input_norm(action_dim, cfg)
+        self.obs_enc = mlp(obs_dim, (d // 2,), d, "silu")
+        self.act_proj = nn.Linear(action_dim, d)
+        self.time = mlp(1, (d // 4, d // 2), d, "silu")
+        self.blocks = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.n_layers))
+        self.head = nn.Linear(d, 2 * action_dim)  # velocity mean and raw log std
+        self.log_std_range = (cfg.noise_log_std_min, cfg.noise_log_std_max)
+
+    def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        return self.obs_enc(self.obs_norm(obs)).unsqueeze(1)  # [B,1,D] obs token (cross-attention memory)
+
+    def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        tok = (self.act_proj(self.act_norm(x)) + self.time(t)).unsqueeze(1)  # [B,1,D]
+        for block in self.blocks:
+            tok = block(tok, ctx)  # [B,1,D]
+        mean, h = self.head(tok.squeeze(1)).chunk(2, -1)  # [B,A] each
+        return mean, squash_log_std(h, *self.log_std_range)
+
+
+class NaiveVelocity(nn.Module):
+    """Naive flow SAC: one ReLU MLP of ``BRN(s, A, t)`` gives the velocity and the log std of the next state."""
+
+    noise_on_velocity = False
+
+    def __init__(self, cfg: SACFlowConfig, obs_dim: int, action_dim: int):
+        super().__init__()
+        in_dim = obs_dim + action_dim + 1
+        self.norm = _input_norm(in_dim, cfg)
+        self.net = mlp(in_dim, (cfg.flow_hidden, cfg.flow_hidden), 2 * action_dim, "relu")
+        self.log_std_range = (cfg.noise_log_std_min, cfg.noise_log_std_max)
+
+    def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
+        return obs[:, :0]  # [B,0]: nothing to precompute
+
+    def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, h = self.net(self.norm(torch.cat([obs, x, t], -1))).chunk(2, -1)  # [B,A] each
+        return mean, squash_log_std(h, *self.log_std_range)
+
+
+class FlowActor(nn.Module):
+    """K-step noise-augmented flow policy around a velocity field (a ``VelocityField`` module); SAC's actor
+    interface (``sample``, ``mode``).
+
+    ``sample`` draws all its noise in one call, ``[K+1,B,A]``: row 0 is A_0, row i+1 is eps_i.
+    """
+
+    def __init__(self, field: nn.Module, action_dim: int, steps: int):
+        super().__init__()
+        self.field, self.action_dim, self.steps = field, action_dim, steps
+
+    def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Mean velocity ``[B,A]`` at ``x [B,A]`` and any times ``t [B,1]`` in [0, 1] (flow matching)."""
+        return self.field(obs, self.field.context(obs, noise=False), x, t)[0]
+
+    def transition(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, i: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean ``m_i [B,A]`` and log std ``log s_i [B,A]`` of ``A_{i+1}`` given ``A_i = x``."""
+        dt = 1.0 / self.steps
+        t = torch.full_like(x[:, :1], i * dt)  # [B,1]
+        v, log_sigma = self.field(obs, ctx, x, t)  # [B,A] each
+        # velocity noise: A_{i+1} = A_i + dt (v + sigma eps), so the transition std is s = dt sigma
+        log_s = log_sigma + math.log(dt) if self.field.noise_on_velocity else log_sigma
+        return x + dt * v, log_s
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised action ``[B,A]`` in (-1, 1) and the path log-likelihood with tanh correction ``[B]``."""
+        assert obs.dim() == 2, f"FlowActor.sample expects obs [B,O], got {tuple(obs.shape)}"
+        K, A = self.steps, self.action_dim
+        noise = torch.randn((K + 1, obs.shape[0], A), generator=generator, device=obs.device, dtype=obs.dtype)  # [K+1,B,A]
+        ctx = self.field.context(obs)
+        x = noise[0]  # [B,A] A_0
+        sq = noise.square().sum((0, 2))  # [B] sum of all squared standard normal draws (A_0 and every eps_i)
+        log_s_sum = torch.zeros_like(sq)  # [B]
+        for i in range(K):
+            m, log_s = self.transition(obs, ctx, x, i)  # [B,A] each
+            x = m + log_s.exp() * noise[i + 1]  # [B,A]
+            log_s_sum = log_s_sum + log_s.sum(-1)
+        # log N(A_0; 0, I) + sum_i log N(A_{i+1}; m_i, s_i^2), with (A_{i+1} - m_i) / s_i = eps_i
+        log_p = -0.5 * sq - log_s_sum - 0.5 * (K + 1) * A * _LOG_2PI  # [B]
+        return torch.tanh(x), log_p - tanh_log_det(x)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic action ``[B,A]``: the noise-free path from A_0 = 0, then tanh."""
+        ctx = self.field.context(obs)
+        x = obs.new_zeros(obs.shape[0], self.action_dim)  # [B,A]
+        for i in range(self.steps):
+            x = self.transition(obs, ctx, x, i)[0]
+        return torch.tanh(x)
+
+
+_FIELDS = {"gated": GatedVelocity, "decoded": DecodedVelocity, "naive": NaiveVelocity}
+
+
+def make_flow_actor(cfg: SACFlowConfig, spec: EnvSpec) -> FlowActor:
+    field = _FIELDS[cfg.velocity](cfg, spec.obs_dim, spec.action_dim)
+    return FlowActor(field, spec.action_dim, cfg.flow_steps)
+
+
+class SACFlow(SAC):
+    """SAC with a flow actor (``config.velocity``); critics, CrossQ option, updates and export are SAC's."""
+
+    name = "sac_flow"
+
+    def __init__(self, config: SACFlowConfig, spec: EnvSpec, device: torch.device | str = "cpu",
+                 generator: torch.Generator | None = None):
+        if not isinstance(config, SACFlowConfig):
+            raise TypeError(f"SACFlow needs a SACFlowConfig, got {type(config).__name__}")
+        if spec.discrete:
+            raise ValueError(f"SAC Flow needs continuous actions; {spec.env_id} has discrete actions")
+        super().__init__(config, spec, device, generator, actor=make_flow_actor(config, spec))
+
+
+# ----- offline-to-online (§2.5): pure losses and single steps on a buffer (ReplayBuffer or MixedSampler) -----
+
+
+class TransitionSource(Protocol):
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transition: ...
+
+
+def pre_tanh_action(action: torch.Tensor, clip: float = PRE_TANH_CLIP) -> torch.Tensor:
+    """Data actions in [-1, 1] -> the flow's pre-tanh space, ``atanh(clamp(a, -clip, clip))``.
+
+    The policy emits ``tanh(A_K)``, so behaviour cloning must move A_K (not the action) to the data: the target of
+    the flow is atanh(a). The clip keeps targets finite for saturated actions (|a| = 1 is common in datasets).
+    """
+    return torch.atanh(action.clamp(-clip, clip))
+
+
+def flow_matching_loss(actor: FlowActor, obs: torch.Tensor, action: torch.Tensor, generator: torch.Generator | None,
+                       clip: float = PRE_TANH_CLIP) -> torch.Tensor:
+    """Conditional flow matching on the straight path from ``x_0 ~ N(0, I)`` to ``x_1 = atanh(clip(a))``."""
+    assert obs.dim() == 2 and action.shape == (obs.shape[0], actor.action_dim), "expected obs [B,O], action [B,A]"
+    x1 = pre_tanh_action(action, clip)  # [B,A]
+    x0 = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)  # [B,A]
+    t = torch.rand((x1.shape[0], 1), generator=generator, device=x1.device, dtype=x1.dtype)  # [B,1]
+    v = actor.velocity(obs, (1 - t) * x0 + t * x1, t)  # [B,A]
+    return (v - (x1 - x0)).square().mean()
+
+
+def pretrain_step(algo: SACFlow, buffer: TransitionSource, batch_size: int) -> dict[str, torch.Tensor]:
+    """One flow-matching gradient step of the actor (its optimizer) on a batch from ``buffer``."""
+    batch = buffer.sample(batch_size, algo.gen)
+    loss = flow_matching_loss(algo.actor, batch.obs, batch.action, algo.gen)
+    algo.actor_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    algo.actor_opt.step()
+    return {"loss/flow_matching": loss.detach()}
+
+
+def o2o_actor_loss(algo: SACFlow, batch: Transition, alpha_reg: float = 100.0
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """``alpha_reg * mean (a_pi - a_data)^2 + mean (alpha log pi - mean_i Q_i(s, a_pi))`` -> loss, info, log pi ``[B]``.
+
+    The squared error is averaged over batch and action dims (as in the paper's code); the critic ensemble is
+    averaged (§2.5). CrossQ critics are evaluated on running statistics, as in SAC's actor step.
+    """
+    a, logp = algo.actor.sample(batch.obs, algo.gen)  # [B,A], [B]
+    if algo.config.crossq:
+        algo.critic.eval()
+    try:
+        q = algo.q(algo.critic, batch.obs, a).mean(0)  # [B]
+    finally:
+        algo.critic.train()
+    reg = (a - batch.action).square().mean()
+    loss = alpha_reg * reg + (algo.alpha * logp - q).mean()
+    info = {"loss/actor": loss.detach(), "loss/action_reg": reg.detach(), "stats/entropy": -logp.detach().mean(),
+            "stats/alpha": algo.alpha}
+    return loss, info, logp.detach()
+
+
+def o2o_update(algo: SACFlow, buffer: TransitionSource, batch_size: int, alpha_reg: float = 100.0
+               ) -> dict[str, torch.Tensor]:
+    """One offline-to-online update from ``buffer``: SAC's critic step, then every ``policy_delay`` critic steps
+    an actor step on ``o2o_actor_loss`` and a temperature step. Returns device tensors (no host sync)."""
+    batch = buffer.sample(batch_size, algo.gen)
+    info = algo.update_critic(batch)
+    if algo.critic_updates % algo.config.policy_delay:
+        return info
+    loss, actor_info, logp = o2o_actor_loss(algo, batch, alpha_reg)
+    algo.actor_step(loss)
+    return {**info, **actor_info, **algo.alpha_step(logp)}

@@ -1,0 +1,94 @@
+"""Benchmark: SAC updates/s on HalfCheetah-v5 with env stepping included, ctrl_rl vs stable-baselines3.
+
+Both run the same setting: one env, 256x256 ReLU actor and two critics, batch 256, one update per env
+step (UTD 1), replay 1M. Each run takes ``--warmup`` random steps (not timed) and then ``--updates``
+steps with one update each; updates/s is measured over those steps from the run's own clock
+(ctrl_rl: its metrics.jsonl; SB3: a callback), so start-up and warm-up are excluded for both.
+
+  ctrl_rl      `ctrl-rl train sac --preset sac-halfcheetah` (envpool env), torch threads as given
+  sb3          stable_baselines3.SAC on gymnasium HalfCheetah-v5 with the same settings
+
+    python experiments/bench/sac_updates.py [--updates 3000] [--repeats 3] [--threads 1 2]
+
+Writes experiments/results/sac_updates.json and prints medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from common import run_preset, write_result
+
+
+def ctrl_rl_run(warmup: int, updates: int, seed: int, threads: int, extra: tuple[str, ...]) -> float:
+    log_every = max(updates // 10, 1)
+    rows, _ = run_preset("sac-halfcheetah", seed, warmup + updates, algo="sac",
+                         extra=("--learning-starts", str(warmup), "--threads", str(threads), "--log-every", str(log_every),
+                                "--checkpoint-every", str(10**9), *extra))
+    first = next(r for r in rows if r["updates"] > 0)  # the first log row after learning started
+    last = rows[-1]
+    return (last["updates"] - first["updates"]) / (last["wall_time"] - first["wall_time"])
+
+
+def sb3_run(warmup: int, updates: int, seed: int, threads: int) -> float:
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    torch.set_num_threads(threads)
+
+    class Clock(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.t0 = self.n0 = None
+
+        def _on_step(self) -> bool:
+            if self.t0 is None and self.num_timesteps >= warmup + updates // 10:
+                self.t0, self.n0 = time.perf_counter(), self.num_timesteps
+            return True
+
+    clock = Clock()
+    model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), batch_size=256, buffer_size=1_000_000, learning_starts=warmup,
+                train_freq=1, gradient_steps=1, learning_rate=3e-4, tau=0.005, gamma=0.99, seed=seed,
+                policy_kwargs=dict(net_arch=[256, 256]), verbose=0, device="cpu")
+    model.learn(total_timesteps=warmup + updates, callback=clock)
+    return (model.num_timesteps - clock.n0) / (time.perf_counter() - clock.t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--updates", type=int, default=3000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--compile", action="store_true", help="also measure ctrl_rl with --compile (torch.compile)")
+    args = ap.parse_args()
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    variants: dict[str, list[float]] = {}
+    for rep in range(args.repeats):  # interleaved, so drifts of the machine's speed hit every variant alike
+        for th in args.threads:
+            variants.setdefault(f"ctrl_rl_threads{th}", []).append(ctrl_rl_run(args.warmup, args.updates, rep, th, ()))
+            if args.compile:
+                variants.setdefault(f"ctrl_rl_compile_threads{th}", []).append(
+                    ctrl_rl_run(args.warmup, args.updates, rep, th, ("--compile",)))
+            variants.setdefault(f"sb3_threads{th}", []).append(sb3_run(args.warmup, args.updates, rep, th))
+        print({k: round(v[-1], 1) for k, v in variants.items()}, flush=True)
+    med = {k: statistics.median(v) for k, v in variants.items()}
+    best_sb3 = max(v for k, v in med.items() if k.startswith("sb3"))
+    best_ours = max(v for k, v in med.items() if k.startswith("ctrl_rl"))
+    payload = {"setting": {"env": "HalfCheetah-v5", "num_envs": 1, "hidden": [256, 256], "batch": 256, "utd": 1,
+                           "warmup_steps": args.warmup, "timed_updates": args.updates, "repeats": args.repeats},
+               "runs": variants, "median_updates_per_s": med,
+               "ratio_best_ctrl_rl_vs_best_sb3": best_ours / best_sb3}
+    for k, v in med.items():
+        print(f"{k:28s} {v:8.1f} updates/s")
+    print(f"best ctrl_rl / best SB3: {best_ours / best_sb3:.2f}x  (target >= 3x and >= 165 updates/s)")
+    write_result("sac_updates", payload)
+
+
+if __name__ == "__main__":
+    main()
