@@ -26,7 +26,8 @@ term (critic target, actor loss, temperature loss). Gradients of the actor loss 
     log sigma = log_min + (log_max - log_min) (tanh(h) + 1) / 2       (h: raw network output)
 
 With one step token and one obs token, every softmax in the decoder is over a single key and equals 1, so
-attention reduces to out_proj(value_proj(.)); the general attention is kept to stay the paper's architecture.
+attention is exactly out_proj(value_proj(.)): the query/key projections are left out (they could not change the
+output), and the cross-attention term, a function of the observation only, is computed once per call.
 
 SAC losses, critics, CrossQ option, targets and export are ctrl_rl.algos.sac's, with the paper's target entropy 0
 and initial temperature 0.2 (§2.5).
@@ -46,7 +47,7 @@ the policy emits tanh(A_K) (the code regresses onto the raw action); squared err
 action dims as in the code; (6) offline-to-online keeps the learned noise std (the code fixes 0.1 / 0.05) and
 has no action chunks. MLP initialisation is ctrl_rl's (orthogonal), the decoder's PyTorch's default.
 
-Shape letters: K flow steps, B batch, O obs dim, A action dim, D model width, L tokens, H heads.
+Shape letters: K flow steps, B batch, O obs dim, A action dim, D model width.
 """
 
 from __future__ import annotations
@@ -92,9 +93,8 @@ class SACFlowConfig(SACConfig):
     noise_hidden: tuple[int, ...] = (512, 512)
     """Flow-G: hidden widths of the state-only ReLU MLP giving the per-step noise std."""
     d_model: int = 96
-    """Flow-T: token width (obs encoder d/2 -> d, time MLP d/4 -> d/2 -> d, FFN 4d)."""
-    n_heads: int = 4
-    """Flow-T: attention heads (must divide d_model)."""
+    """Flow-T: token width (obs encoder d/2 -> d, time MLP d/4 -> d/2 -> d, FFN 4d). The paper's 4 attention
+    heads are not a setting: with one key per softmax the head count cannot change the output."""
     n_layers: int = 2
     """Flow-T: decoder blocks, shared by all K steps."""
     noise_log_std_min: float = -5.0
@@ -115,9 +115,9 @@ class SACFlowConfig(SACConfig):
             raise ValueError("invalid SAC Flow setting: expected flow_steps >= 1 and positive hidden widths")
         if self.time_embed_dim < 4 or self.time_embed_dim % 2:
             raise ValueError(f"invalid SAC Flow time_embed_dim={self.time_embed_dim}: expected an even number >= 4")
-        if self.n_heads < 1 or self.n_layers < 1 or self.d_model < 4 or self.d_model % 4 or self.d_model % self.n_heads:
-            raise ValueError(f"invalid SAC Flow decoder d_model={self.d_model}, n_heads={self.n_heads}, "
-                             f"n_layers={self.n_layers}: expected d_model divisible by 4 and by n_heads, n_layers >= 1")
+        if self.n_layers < 1 or self.d_model < 4 or self.d_model % 4:
+            raise ValueError(f"invalid SAC Flow decoder d_model={self.d_model}, n_layers={self.n_layers}: "
+                             "expected d_model divisible by 4 and n_layers >= 1")
         if not self.noise_log_std_min < self.noise_log_std_max:
             raise ValueError("invalid SAC Flow setting: expected noise_log_std_min < noise_log_std_max")
         if self.actor_batch_renorm:
@@ -191,39 +191,42 @@ class GatedVelocity(nn.Module):
         return torch.sigmoid(self.gate(h)) * (self.cand(h) - x), ctx  # [B,A], [B,A]
 
 
-class Attention(nn.Module):
-    """Multi-head scaled dot-product attention of ``query [B,Lq,D]`` over ``memory [B,Lk,D]`` -> ``[B,Lq,D]``."""
+class OneKeyAttention(nn.Module):
+    """Multi-head attention over a single key/value token: ``out(value(memory))``.
 
-    def __init__(self, d: int, heads: int):
+    With one key every softmax weight is exactly 1, so the query and key projections cannot change the
+    output (and would get zero gradients); they are left out and the value passes straight through. This is
+    the exact function of the paper's attention layers for one step token and one obs token.
+    """
+
+    def __init__(self, d: int):
         super().__init__()
-        self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
-        self.heads = heads
+        self.value, self.out = nn.Linear(d, d), nn.Linear(d, d)
 
-    def forward(self, query: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        def split(z: torch.Tensor) -> torch.Tensor:
-            return z.unflatten(-1, (self.heads, -1)).transpose(1, 2)  # [B,H,L,D/H]
-
-        o = nn.functional.scaled_dot_product_attention(split(self.q(query)), split(self.k(memory)),
-                                                       split(self.v(memory)))  # [B,H,Lq,D/H]
-        return self.out(o.transpose(1, 2).flatten(2))  # [B,Lq,D]
+    def forward(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.out(self.value(memory))  # [B,D]
 
 
 class DecoderBlock(nn.Module):
-    """Post-norm decoder block: self-attention, cross-attention to the memory, FFN(4d, GELU), each + residual."""
+    """Post-norm decoder block: self-attention, cross-attention to the obs token, FFN(4d, GELU), each + residual.
+
+    The step token attends only to itself (the paper's diagonal mask) and cross-attends to the single obs token,
+    so the cross-attention term depends on the observation alone: ``cross(obs_token)`` is computed once per
+    call and reused by all K steps.
+    """
 
     def __init__(self, cfg: SACFlowConfig):
         super().__init__()
         d = cfg.d_model
-        self.self_attn, self.cross_attn = Attention(d, cfg.n_heads), Attention(d, cfg.n_heads)
+        self.self_attn, self.cross_attn = OneKeyAttention(d), OneKeyAttention(d)
         self.ffn = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
         self.norms = nn.ModuleList(BatchRenorm(d, warmup_steps=cfg.renorm_warmup) if cfg.flow_batch_renorm
                                    else nn.LayerNorm(d) for _ in range(3))
 
-    def forward(self, tok: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        # one step token per sequence: the paper's diagonal self-attention mask is satisfied trivially
-        tok = self.norms[0](tok + self.self_attn(tok, tok))  # [B,1,D]
-        tok = self.norms[1](tok + self.cross_attn(tok, memory))  # [B,1,D]
-        return self.norms[2](tok + self.ffn(tok))  # [B,1,D]
+    def forward(self, tok: torch.Tensor, cross: torch.Tensor) -> torch.Tensor:
+        tok = self.norms[0](tok + self.self_attn(tok))  # [B,D]
+        tok = self.norms[1](tok + cross)  # [B,D]
+        return self.norms[2](tok + self.ffn(tok))  # [B,D]
 
 
 class DecodedVelocity(nn.Module):
@@ -244,14 +247,16 @@ class DecodedVelocity(nn.Module):
         self.log_std_range = (cfg.noise_log_std_min, cfg.noise_log_std_max)
 
     def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
-        return self.obs_enc(self.obs_norm(obs)).unsqueeze(1)  # [B,1,D] obs token (cross-attention memory)
+        """Each block's cross-attention output for the obs token, ``[n_layers,B,D]`` (the same at every step)."""
+        tok = self.obs_enc(self.obs_norm(obs))  # [B,D] obs token
+        return torch.stack([block.cross_attn(tok) for block in self.blocks])  # [n_layers,B,D]
 
     def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        tok = (self.act_proj(self.act_norm(x)) + self.time(t)).unsqueeze(1)  # [B,1,D]
-        for block in self.blocks:
-            tok = block(tok, ctx)  # [B,1,D]
-        mean, h = self.head(tok.squeeze(1)).chunk(2, -1)  # [B,A] each
+        tok = self.act_proj(self.act_norm(x)) + self.time(t)  # [B,D]
+        for block, cross in zip(self.blocks, ctx):
+            tok = block(tok, cross)  # [B,D]
+        mean, h = self.head(tok).chunk(2, -1)  # [B,A] each
         return mean, squash_log_std(h, *self.log_std_range)
 
 

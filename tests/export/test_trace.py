@@ -9,7 +9,7 @@ from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 
 SPEC = EnvSpec("synthetic:cont", (5,), False, 2, (-1.0, -1.0), (1.0, 1.0))
-FLOW_SMALL = dict(critic_hidden=(32, 32), flow_hidden=32, noise_hidden=(32,), time_embed_dim=8, d_model=16, n_heads=4)
+FLOW_SMALL = dict(critic_hidden=(32, 32), flow_hidden=32, noise_hidden=(32,), time_embed_dim=8, d_model=16)
 
 
 def _batch(B=64, seed=0):
