@@ -254,8 +254,8 @@ class DecodedVelocity(nn.Module):
     def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         tok = self.act_proj(self.act_norm(x)) + self.time(t)  # [B,D]
-        for block, cross in zip(self.blocks, ctx):
-            tok = block(tok, cross)  # [B,D]
+        for i, block in enumerate(self.blocks):
+            tok = block(tok, ctx[i])  # [B,D]
         mean, h = self.head(tok).chunk(2, -1)  # [B,A] each
         return mean, squash_log_std(h, *self.log_std_range)
 
