@@ -92,3 +92,34 @@ def test_exportable_traces_to_torchscript_with_equal_outputs():
 def test_invalid_subset_is_rejected():
     with pytest.raises(ValueError, match="target_subset"):
         SACConfig(num_critics=2, target_subset=3)
+
+
+def test_policy_delay_and_actor_step_leave_critic_gradients_alone():
+    cfg = SACConfig(actor_hidden=(16,), critic_hidden=(16,), policy_delay=3)
+    sac = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(0))
+    actor0 = [p.detach().clone() for p in sac.actor.parameters()]
+    for k in range(2):
+        info = sac.update(_batch(seed=k))
+        assert "loss/actor" not in info
+    assert all(torch.equal(a, p) for a, p in zip(actor0, sac.actor.parameters()))
+    sac.update_critic(_batch(seed=2))
+    grads = [p.grad.clone() for p in sac.critic.parameters()]
+    sac.update_actor(_batch(seed=2))  # the third critic step's actor step
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, sac.critic.parameters()))
+    assert any(not torch.equal(a, p) for a, p in zip(actor0, sac.actor.parameters()))
+
+
+def test_crossq_joint_forward_without_target_network():
+    cfg = SACConfig(actor_hidden=(16,), critic_hidden=(16,), crossq=True, actor_batch_renorm=True, renorm_warmup=1)
+    sac = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(0))
+    assert sac.critic_target is None and sac.actor_renorm
+    brn = sac.critic.renorms[0]
+    b = _batch()
+    sac.update(b)
+    # one joint critic forward in training mode per update; the actor's critic evaluation uses running stats
+    assert int(brn.steps) == 1
+    # the statistics of the observation inputs cover both halves, s and s'
+    torch.testing.assert_close(brn.running_mean[0, 0, :5], 0.01 * torch.cat([b.obs, b.next_obs]).mean(0))
+    assert sac.critic.training and sac.actor.training
+    a = sac.act(b.obs[:4])
+    assert a.shape == (4, 2) and int(sac.actor.net[0].steps) == 1  # acting leaves the actor's statistics alone
