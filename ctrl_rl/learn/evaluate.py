@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
@@ -29,6 +29,30 @@ class EvalOptions:
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
+
+
+@torch.no_grad()
+def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int, max_steps: int = 100_000
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One episode per env of ``env`` (an EpisodeStats-wrapped BatchedEnv) under ``policy(obs) -> action``.
+
+    Returns the returns and lengths of the episodes that finished within ``max_steps`` steps (CPU tensors).
+    """
+    obs = env.reset(seed=seed)
+    N = env.num_envs
+    returns = torch.full((N,), float("nan"))
+    lengths = torch.zeros(N, dtype=torch.int64)
+    finished = torch.zeros(N, dtype=torch.bool)
+    for _ in range(max_steps):
+        out = env.step(policy(obs))
+        d = out.info["episode_done"].cpu() & ~finished
+        returns[d] = out.info["episode_return"].cpu()[d].float()
+        lengths[d] = out.info["episode_length"].cpu()[d]
+        finished |= d
+        obs = out.obs
+        if bool(finished.all()):
+            break
+    return returns[finished], lengths[finished]
 
 
 @torch.no_grad()
@@ -64,28 +88,13 @@ def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
                              "expected an env with the training env's observation and action shapes") from None
     if name != "ppo":
         probe.gen.manual_seed(opts.seed)  # the loaded state carries the training generator; evaluation has its own
-    obs = env.reset(seed=opts.seed)
-    N = opts.episodes
-    returns = torch.full((N,), float("nan"))
-    lengths = torch.zeros(N, dtype=torch.int64)
-    finished = torch.zeros(N, dtype=torch.bool)
-    for _ in range(opts.max_steps):
-        action = policy(obs)
-        out = env.step(action)
-        d = out.info["episode_done"].cpu() & ~finished
-        returns[d] = out.info["episode_return"].cpu()[d].float()
-        lengths[d] = out.info["episode_length"].cpu()[d]
-        finished |= d
-        obs = out.obs
-        if bool(finished.all()):
-            break
+    done, lengths = run_episodes(policy, env, opts.seed, opts.max_steps)
     env.close()
-    done = returns[finished]
-    n = int(finished.sum())
+    n = done.numel()
     return {
         "checkpoint": str(ck_path), "env": run.env, "step": ck["counters"]["step"], "episodes": n,
         "return_mean": float(done.mean()) if n else None,
         "return_std": float(done.std(unbiased=False)) if n else None,
-        "length_mean": float(lengths[finished].float().mean()) if n else None,
+        "length_mean": float(lengths.float().mean()) if n else None,
         "deterministic": not opts.stochastic,
     }
