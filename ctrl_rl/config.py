@@ -58,7 +58,9 @@ class RunConfig:
     progress: bool = True
     """Show a progress bar."""
     threads: int = 0
-    """torch intra-op threads (0: leave torch's default)."""
+    """torch intra-op threads (0: auto; 1 for off-policy training on CPU and for PPO with envpool on a
+    machine with <= 2 cores, where small ops on two threads stall when other processes compete; else
+    torch's default)."""
     save_replay: bool = False
     """Off-policy: put the replay buffer into checkpoints, so a resumed run continues with the same data."""
     collect_threads: int = 0

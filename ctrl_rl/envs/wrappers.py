@@ -94,11 +94,12 @@ class EpisodeStats(Wrapper):
         return self.env.reset(seed)
 
     def out(self, out: StepOut) -> StepOut:
+        # Runs once per env step: scalar fill values and in-place resets keep it at 7 small ops.
         done = out.terminated | out.truncated  # [N]
         self.ret += out.reward
         self.len += 1
-        out.info["episode_return"] = torch.where(done, self.ret, torch.zeros_like(self.ret))  # [N]
-        out.info["episode_length"] = torch.where(done, self.len, torch.zeros_like(self.len))  # [N]
+        out.info["episode_return"] = torch.where(done, self.ret, 0.0)  # [N]
+        out.info["episode_length"] = torch.where(done, self.len, 0)  # [N]
         out.info["episode_done"] = done
         self.ret.masked_fill_(done, 0.0)
         self.len.masked_fill_(done, 0)
@@ -126,6 +127,7 @@ class ActionRescale(Wrapper):
         high = torch.tensor(env.spec.action_high, dtype=torch.float32, device=self.device)  # [A]
         finite = torch.isfinite(low) & torch.isfinite(high)
         self._finite = finite
+        self._all_finite = bool(finite.all())  # the usual case: one clamp, no per-dim select per step
         self._scale = torch.where(finite, (high - low) / 2, torch.ones_like(low))
         self._bias = torch.where(finite, (high + low) / 2, torch.zeros_like(low))
         A = env.spec.action_dim
@@ -137,7 +139,9 @@ class ActionRescale(Wrapper):
         assert len(self.spec.action_low) == A
 
     def act(self, action: torch.Tensor) -> torch.Tensor:
-        a = torch.where(self._finite, action.clamp(-1.0, 1.0), action)  # [N,A]
+        a = action.clamp(-1.0, 1.0)  # [N,A]
+        if not self._all_finite:
+            a = torch.where(self._finite, a, action)  # [N,A]
         return a * self._scale + self._bias
 
 
@@ -185,12 +189,15 @@ class RewardScale(Wrapper):
         self.gamma, self.clip, self.eps = gamma, clip, eps
         self.acc = torch.zeros(self.num_envs, device=self.device)  # [N]
         self.norm = RunningNorm((), clip=float("inf")).to(self.device)
+        self._n = torch.tensor(float(self.num_envs), dtype=torch.float64, device=self.device)  # batch count
 
     def out(self, out: StepOut) -> StepOut:
-        self.acc = self.acc * self.gamma + out.reward  # [N]
-        self.norm.update(self.acc)
-        self.acc = self.acc.masked_fill(out.terminated | out.truncated, 0.0)
-        out.reward = (out.reward * torch.rsqrt(self.norm.var + self.eps)).clamp(-self.clip, self.clip)
+        # Runs once per env step, so in place and without temporaries; the same arithmetic as
+        # ``acc = acc * gamma + r`` followed by ``RunningNorm.update(acc)``, bit for bit.
+        self.acc.mul_(self.gamma).add_(out.reward)  # [N]
+        self.norm.merge(self.acc.mean(0), self.acc.var(0, unbiased=False), self._n)
+        self.acc.masked_fill_(out.terminated | out.truncated, 0.0)
+        out.reward = (out.reward * torch.rsqrt(self.norm.var + self.eps)).clamp_(-self.clip, self.clip)  # [N]
         return out
 
     def own_state(self) -> dict:

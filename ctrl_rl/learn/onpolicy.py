@@ -16,7 +16,6 @@ import torch
 
 from ctrl_rl.algos.ppo import PPO, PPOConfig
 from ctrl_rl.config import RunConfig, save_config
-from ctrl_rl.core.perf import tune_allocator
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.envs.registry import make_env, resolve_backend
 from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
@@ -24,6 +23,7 @@ from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
 from ctrl_rl.learn.logging import RunLogger
+from ctrl_rl.learn.runtime import setup_device
 from ctrl_rl.storage.rollout import RolloutStorage
 
 
@@ -68,7 +68,18 @@ class Collector:
         bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
         self.slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
         self.num_envs = bounds[-1]
-        self.stats = torch.zeros(3, device=device)  # sum of returns, sum of lengths, episodes
+        # Per-env sums of finished episodes' returns and lengths and of their count, [3,N]: three
+        # in-place adds per step instead of reducing to scalars every step; ``stats`` reduces on demand.
+        self._episode_sums = torch.zeros(3, self.num_envs, device=device)  # [3,N]
+        self._sum_rows = [[row[sl] for row in self._episode_sums] for sl in self.slices]  # views per group
+
+    @property
+    def stats(self) -> torch.Tensor:
+        """Sum of returns, sum of lengths and number of the episodes finished since ``zero_stats``, ``[3]``."""
+        return self._episode_sums.sum(1)
+
+    def zero_stats(self) -> None:
+        self._episode_sums.zero_()
 
     def reset(self, seed: int) -> torch.Tensor:
         return torch.cat([e.reset(seed=seed + 7919 * g) for g, e in enumerate(self.envs)])  # [N,O]
@@ -76,8 +87,10 @@ class Collector:
     def _record(self, t, storage, obs, action, logp, out, g) -> torch.Tensor:
         storage.add(t, obs, action, logp, out, self.slices[g])
         info = out.info
-        self.stats += torch.stack([info["episode_return"].sum().float(), info["episode_length"].sum().float(),
-                                   info["episode_done"].sum().float()])
+        ret, length, count = self._sum_rows[g]
+        ret += info["episode_return"]
+        length += info["episode_length"]
+        count += info["episode_done"]
         return out.obs
 
     def collect(self, algo: PPO, storage: RolloutStorage, obs: torch.Tensor) -> torch.Tensor:
@@ -128,13 +141,8 @@ def train_onpolicy(
 ) -> TrainResult:
     """Train PPO. ``resume`` continues from ``run_dir/checkpoints/latest.pt``; ``max_iterations`` stops
     early after that many updates of this call (used to simulate an interruption in tests)."""
-    device = torch.device(run.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserInputError("--device cuda was requested but torch reports no CUDA device: expected --device cpu on this machine")
-    if run.threads > 0:
-        torch.set_num_threads(run.threads)
-    if device.type == "cpu":
-        tune_allocator()
+    threads_on_entry = torch.get_num_threads()  # restored on return: the settings below are process-wide
+    device = setup_device(run.device, run.threads)
     W, rank = dist_info.world_size, dist_info.rank
     if run.num_envs % W:
         raise UserInputError(f"--num-envs {run.num_envs} is not divisible by the {W} processes: expected a multiple of {W}")
@@ -167,8 +175,18 @@ def train_onpolicy(
         D.broadcast_module_(algo.ac)
     # envpool steps in its own C++ threads: one torch thread while collecting leaves it the cores
     # (measured on 2 cores: HalfCheetah-v5 with 64 envs, 1.2-1.3x end-to-end; experiments/bench/)
+    envpool_cpu = env.spec.backend == "envpool" and device.type == "cpu"
     update_threads = torch.get_num_threads()
-    collect_threads = run.collect_threads or (1 if env.spec.backend == "envpool" and device.type == "cpu" else update_threads)
+    if envpool_cpu and run.threads == 0 and update_threads <= 2:
+        # On a 2-core machine the update of these small networks also runs on one thread unless
+        # --threads says otherwise. A second OpenMP thread saved ~15% of the update on an idle
+        # machine (HalfCheetah preset: 33 vs 39 ms), but when other processes compete for the cores,
+        # each of the update's ~10^3 small parallel regions waits at its barrier for a descheduled
+        # worker: updates then took 0.3-3.9 s instead of ~40 ms, 10-100x slower, end to end 2k instead
+        # of 20k steps/s. One thread degrades only in proportion to the competition.
+        update_threads = 1
+        torch.set_num_threads(1)
+    collect_threads = run.collect_threads or (1 if envpool_cpu else update_threads)
     T = cfg.rollout_steps
     steps_per_iter = T * run.num_envs
     iterations = math.ceil(run.total_steps / steps_per_iter)
@@ -254,7 +272,7 @@ def train_onpolicy(
                 s, ln, n = stats.tolist()
                 if n > 0:
                     last_return = s / n
-                env.stats.zero_()
+                env.zero_stats()
                 now = time.time()
                 sps = (step - step_log) / max(now - t_log, 1e-9)
                 t_log, step_log = now, step
@@ -279,6 +297,7 @@ def train_onpolicy(
         if logger is not None:
             logger.close()
         env.close()
+        torch.set_num_threads(threads_on_entry)
     return TrainResult(run_dir, step, it, last_return, wall0 + time.time() - t_start, algo)
 
 

@@ -10,7 +10,9 @@ Measured in one run on one machine, each figure the median of --repeats runs:
 
     python experiments/bench/ppo_halfcheetah_sps.py [--steps 400000] [--repeats 3]
 
-Writes experiments/results/ppo_halfcheetah_sps.json and prints the ratios.
+Writes experiments/results/ppo_halfcheetah_sps.json and prints the ratios. The machine's 1-minute load
+average is recorded before every repeat: on a shared machine other processes compete for the cores,
+which slows every figure (and a multi-threaded update disproportionately; see learn/onpolicy.py).
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ def main() -> None:
     args = ap.parse_args()
     out: dict = {"machine": {"cpus": os.cpu_count()}, "steps": args.steps, "sb3_steps": args.sb3_steps, "repeats": args.repeats}
     res: dict[str, list[float]] = {"raw": [], "ctrl_rl": [], "ctrl_rl_incl_startup": [], "sb3_same": [], "sb3_ref": []}
+    out["load_avg_1min"] = []
     for k in range(args.repeats):
+        out["load_avg_1min"].append(os.getloadavg()[0])
         res["raw"].append(raw_envpool(PRESET["run"]["num_envs"], args.steps))
         a, b = ctrl_rl_run(args.steps, k)
         res["ctrl_rl"].append(a)

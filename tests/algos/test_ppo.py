@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -49,6 +50,30 @@ def test_first_minibatch_ratio_is_one_so_nothing_is_clipped():
     info = algo.update(Rollout(obs, action, logp, reward, term, trunc, final))
     assert info["stats/clip_frac"] == 0.0
     assert abs(info["stats/approx_kl"]) < 1e-7
+
+
+@pytest.mark.parametrize("obs_norm", [True, False])
+def test_sampled_log_prob_equals_recomputed_one_bit_for_bit_across_updates_and_loads(obs_norm):
+    # the log-prob stored while collecting must equal the update's own computation bit for bit (so the
+    # first-epoch ratio is exactly 1), also after the parameters and the normalizer change
+    cfg = PPOConfig(rollout_steps=8, epochs=2, minibatch_size=32, init_log_std=-0.5, obs_norm=obs_norm)
+    algo = PPO(cfg, CONT, "cpu", torch.Generator().manual_seed(0))
+    obs = torch.randn(64, 3, generator=torch.Generator().manual_seed(1)) * 4
+
+    def matches() -> bool:
+        action, logp = algo.sample(obs)
+        return torch.equal(logp, algo.ac.log_prob_entropy(algo.ac.features(obs), action)[0])
+
+    assert matches()
+    before = copy.deepcopy(algo.state_dict())  # state_dict holds references
+    batch = _batch(CONT)
+    flat = batch[0].view(-1, 3)
+    logp = algo.ac.log_prob_entropy(algo.ac.features(flat), batch[1].view(-1, 2))[0].view(8, 16).detach()
+    algo.update(Rollout(batch[0], batch[1], logp, *batch[2:]))
+    assert not torch.equal(algo.ac.log_std, before["ac"]["log_std"])
+    assert matches()
+    algo.load_state_dict(before)
+    assert matches()
 
 
 def test_clipped_surrogate_by_hand():

@@ -48,6 +48,15 @@ def test_action_rescale_maps_unit_box_to_bounds_and_clips():
     assert torch.allclose(rec.actions[-1], torch.tensor([[-2.0, 0.0], [1.0, 10.0]]))
 
 
+def test_action_rescale_passes_unbounded_dimensions_through():
+    rec = _Recorder()
+    rec.spec = EnvSpec("test:rec", (1,), False, 2, (float("-inf"), 0.0), (float("inf"), 10.0), max_episode_steps=3)
+    env = ActionRescale(rec)
+    env.reset()
+    env.step(torch.tensor([[3.0, 3.0], [-0.5, -1.0]]))
+    assert torch.equal(rec.actions[-1], torch.tensor([[3.0, 10.0], [-0.5, 0.0]]))  # dim 0 as is, dim 1 clipped
+
+
 def test_obs_normalize_uses_one_set_of_statistics_and_round_trips():
     env = ObsNormalize(Pendulum(256, seed=0))
     env.reset(seed=0)
@@ -70,6 +79,24 @@ def test_reward_scale_divides_by_the_std_of_the_discounted_return():
     expected = torch.tensor([1.0, 2.0]) / torch.sqrt(seen.var(unbiased=False) + 1e-8).float()
     assert torch.allclose(out[-1].reward, expected, atol=1e-3)
     assert env.acc.abs().sum() == 0  # the accumulator restarted at the episode end
+
+
+def test_reward_scale_statistics_equal_a_running_norm_of_the_discounted_return():
+    # RewardScale updates its statistics in place; they must be those of RunningNorm.update applied to
+    # the discounted-return accumulator, bit for bit.
+    from ctrl_rl.core.nets import RunningNorm
+
+    env = RewardScale(_Recorder(), gamma=0.9)
+    env.reset()
+    ref, acc = RunningNorm((), clip=float("inf")), torch.zeros(2)
+    for t in range(6):
+        out = env.step(torch.zeros(2, 2))
+        acc = acc * 0.9 + torch.tensor([1.0, 2.0])
+        ref.update(acc)
+        assert torch.equal(out.reward, (torch.tensor([1.0, 2.0]) * torch.rsqrt(ref.var + 1e-8)).clamp(-10, 10))
+        acc = acc.masked_fill(out.terminated | out.truncated, 0.0)
+    assert torch.equal(env.norm.mean, ref.mean) and torch.equal(env.norm.var, ref.var)
+    assert torch.equal(env.norm.count, ref.count)
 
 
 def test_split_step_through_wrappers_equals_step():

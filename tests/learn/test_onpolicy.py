@@ -146,7 +146,9 @@ def test_pipelined_collector_writes_the_same_rollout_as_stepping_each_group_in_t
 def test_envpool_training_is_pipelined_and_resumes(tmp_path):
     run = RunConfig(env="envpool:Pendulum-v1", num_envs=8, total_steps=8 * 8 * 3, seed=0, progress=False,
                     checkpoint_every=1, pipeline=True)
+    threads = torch.get_num_threads()
     res = train_onpolicy(run, CFG, tmp_path / "p")
+    assert torch.get_num_threads() == threads  # the loop's per-phase thread settings do not leak out
     ck = load_checkpoint(tmp_path / "p" / "checkpoints" / "latest.pt")
     assert len(ck["env_state"]["groups"]) == 2 and ck["obs"].shape == (8, 3)
     run2 = RunConfig(**{**run.__dict__, "total_steps": 8 * 8 * 5})
