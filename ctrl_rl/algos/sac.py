@@ -62,6 +62,8 @@ class SACConfig:
     """M: critics drawn at random for the min in the target (M = N: clipped double-Q over all)."""
     layer_norm: bool = False
     """LayerNorm after every hidden layer of the critics."""
+    actor_layer_norm: bool = False
+    """LayerNorm after every hidden layer of the actor (WSRL's CQL pre-training and fine-tuning)."""
     gamma: float = 0.99
     """Discount factor."""
     tau: float = 0.005
@@ -136,7 +138,7 @@ class Actor(nn.Module):
 
     def __init__(self, cfg: SACConfig, spec: EnvSpec):
         super().__init__()
-        self.net = mlp(spec.obs_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation,
+        self.net = mlp(spec.obs_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation, layer_norm=cfg.actor_layer_norm,
                        batch_renorm=cfg.actor_batch_renorm, renorm_warmup=cfg.renorm_warmup)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
