@@ -193,6 +193,7 @@ class SAC:
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr, betas=betas, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True) if c.learn_alpha else None
         self.actor_renorm = _has_batch_renorm(self.actor)
+        self._all_members = torch.arange(c.num_critics, device=self.device)  # [N]
         if c.compile:
             self.update_critic = torch.compile(self.update_critic)
             self.update_actor = torch.compile(self.update_actor)
@@ -222,18 +223,29 @@ class SAC:
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         if deterministic:
             return self.exportable()(obs) if self.actor_renorm else self.actor.mode(obs)
+        if isinstance(self.actor, Actor) and not self.actor_renorm:  # no log-prob needed while acting
+            mean, log_std = self.actor(obs)  # [N,A] each
+            eps = torch.randn(mean.shape, generator=self.gen, device=mean.device, dtype=mean.dtype)  # [N,A]
+            return torch.tanh(mean + eps * log_std.exp())
         return self._sample_eval(obs)[0]
 
     def exportable(self) -> nn.Module:
         """Deterministic policy on a copy of the actor in evaluation mode (the agent's action space [-1, 1])."""
         return DeterministicPolicy(copy.deepcopy(self.actor)).eval()
 
-    def update_critic(self, batch: Transition) -> dict[str, torch.Tensor]:
+    def update_critic(self, batch: Transition, next_sample: tuple[torch.Tensor, torch.Tensor] | None = None
+                      ) -> dict[str, torch.Tensor]:
+        """One critic step; ``next_sample`` = (a' [B,A], log pi(a'|s') [B]) if already drawn (no gradient)."""
         c = self.config
         B = batch.obs.shape[0]
-        subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
-        with torch.no_grad():
-            next_a, next_logp = self._sample_eval(batch.next_obs)  # [B,A], [B]
+        if c.target_subset == c.num_critics:
+            subset = self._all_members  # [M]: every member, no draw needed
+        else:
+            subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
+        if next_sample is None:
+            with torch.no_grad():
+                next_sample = self._sample_eval(batch.next_obs)
+        next_a, next_logp = next_sample  # [B,A], [B]
         if c.crossq:
             q_all = self.q(self.critic, torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.action, next_a]))  # [E,2B]
             q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
@@ -252,9 +264,11 @@ class SAC:
         self.critic_updates += 1
         return {"loss/critic": loss.detach(), "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean()}
 
-    def update_actor(self, batch: Transition) -> dict[str, torch.Tensor]:
+    def update_actor(self, batch: Transition, sample: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> dict[str, torch.Tensor]:
+        """One actor and temperature step; ``sample`` = (a [B,A], log pi(a|s) [B]) with gradient, if drawn."""
         c = self.config
-        a, logp = self.actor.sample(batch.obs, self.gen)  # [B,A], [B]
+        a, logp = sample if sample is not None else self.actor.sample(batch.obs, self.gen)  # [B,A], [B]
         if c.crossq:
             self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
         try:
@@ -288,9 +302,17 @@ class SAC:
     def update(self, batch: Transition, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
         """One critic step (with the target update) and, every ``policy_delay`` critic steps, one
         actor/temperature step. ``sync=False`` returns device tensors (no host sync)."""
-        info = self.update_critic(batch)
-        if self.critic_updates % self.config.policy_delay == 0:
-            info.update(self.update_actor(batch))
+        if (self.critic_updates + 1) % self.config.policy_delay == 0 and not self.actor_renorm:
+            # both actor samples in one forward pass: the actor does not change between the critic step and
+            # its own step, so a' ~ pi(s') (for the target, detached) and a ~ pi(s) come from one call
+            B = batch.obs.shape[0]
+            a, logp = self.actor.sample(torch.cat([batch.next_obs, batch.obs]), self.gen)  # [2B,A], [2B]
+            info = self.update_critic(batch, (a[:B].detach(), logp[:B].detach()))
+            info.update(self.update_actor(batch, (a[B:], logp[B:])))
+        else:
+            info = self.update_critic(batch)
+            if self.critic_updates % self.config.policy_delay == 0:
+                info.update(self.update_actor(batch))
         if not sync:
             return info
         vals = torch.stack([v.float() for v in info.values()]).tolist()

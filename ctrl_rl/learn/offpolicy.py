@@ -42,15 +42,17 @@ def make_offpolicy_algo(name: str, cfg, spec, device: torch.device, gen: torch.G
 class EpisodeTally:
     """Sums of finished episodes' returns and lengths on the device (read at the logging boundary)."""
 
-    def __init__(self, device: torch.device):
-        self.sums = torch.zeros(3, device=device)  # sum of returns, sum of lengths, episodes
+    def __init__(self, num_envs: int, device: torch.device):
+        self.sums = torch.zeros(3, num_envs, device=device)  # [3,N] per-env sums: returns, lengths, episodes
 
-    def add(self, info: dict) -> None:
-        self.sums += torch.stack([info["episode_return"].sum().float(), info["episode_length"].sum().float(),
-                                  info["episode_done"].sum().float()])
+    def add(self, info: dict) -> None:  # three in-place adds, no reduction per step
+        ret, length, count = self.sums
+        ret += info["episode_return"]
+        length += info["episode_length"]
+        count += info["episode_done"]
 
     def pop(self) -> tuple[float, float, int]:
-        s, ln, n = self.sums.tolist()
+        s, ln, n = self.sums.sum(1).tolist()
         self.sums.zero_()
         return s, ln, int(n)
 
@@ -122,7 +124,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
             "counters": {"iteration": it, "step": step, "updates": updates, "credit": credit,
                          "wall_time": wall0 + time.time() - t_start, "last_return": last_return}})
 
-    tally = EpisodeTally(device)
+    tally = EpisodeTally(N, device)
     info: dict[str, torch.Tensor] = {}
     t_start = time.time()
     t_log, step_log, upd_log = t_start, step, updates
