@@ -271,10 +271,12 @@ class SAC:
         a, logp = sample if sample is not None else self.actor.sample(batch.obs, self.gen)  # [B,A], [B]
         if c.crossq:
             self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
-        try:
+            try:
+                q = self.q(self.critic, batch.obs, a)  # [E,B]
+            finally:
+                self.critic.train()
+        else:
             q = self.q(self.critic, batch.obs, a)  # [E,B]
-        finally:
-            self.critic.train()
         q_agg = q.min(0).values if c.actor_q == "min" else q.mean(0)  # [B]
         loss = (self.alpha * logp - q_agg).mean()
         self.actor_step(loss)
