@@ -1,8 +1,9 @@
-"""The `ctrl-rl` command line: train, eval, plot, list.
+"""The `ctrl-rl` command line: train, eval, data, plot, list.
 
     ctrl-rl train ppo|sac|sac_flow --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
                       [--preset NAME] [--device cpu|cuda] [--resume DIR] [every hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
+    ctrl-rl data info PATH_OR_MINARI_ID [--env ID] [--refs d4rl|local|PATH]
     ctrl-rl plot RUN_DIR [--out PNG]
     ctrl-rl list envs|algos|presets
 
@@ -72,7 +73,7 @@ def _dispatch(argv: list[str]) -> int:
         print("usage:\n" + USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    commands = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "list": cmd_list}
+    commands = {"train": cmd_train, "eval": cmd_eval, "data": cmd_data, "plot": cmd_plot, "list": cmd_list}
     if cmd not in commands:
         raise UserInputError(f"unknown command {cmd!r}: expected one of {sorted(commands)}")
     return commands[cmd](rest)
@@ -264,6 +265,55 @@ def cmd_eval(args: list[str]) -> int:
     opts = _tyro_parse(EvalOptions, rest, EvalOptions(), prog)
     print(json.dumps(evaluate_checkpoint(path, opts)))
     return 0
+
+
+# -- data -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataInfoOptions:
+    env: str | None = None
+    """Env whose reference scores normalize the returns (default: the dataset's own record, or its name)."""
+    refs: str = "d4rl"
+    """Reference table: d4rl (the frozen D4RL min/max), local (measured v5 references) or a JSON path."""
+
+
+def cmd_data(args: list[str]) -> int:
+    prog = "ctrl-rl data info"
+    if not args or args[0] in ("-h", "--help") or (args[0] == "info" and (len(args) < 2 or args[1] in ("-h", "--help"))):
+        print("usage: ctrl-rl data info PATH_OR_MINARI_ID [--env ID] [--refs d4rl|local|PATH]")
+        return 0 if args else 2
+    if args[0] != "info":
+        raise UserInputError(f"unknown `ctrl-rl data` command {args[0]!r}: expected info")
+    path, rest = args[1], args[2:]
+    _check_flags(rest, _flag_names(DataInfoOptions), prog)
+    opts = _tyro_parse(DataInfoOptions, rest, DataInfoOptions(), prog)
+    print(json.dumps(dataset_info(path, opts)))
+    return 0
+
+
+def dataset_info(path: str, opts: DataInfoOptions) -> dict:
+    """Size, episodes, return statistics and the normalized score of a dataset's own episodes."""
+    from ctrl_rl.storage.datasets import load_dataset
+    from ctrl_rl.storage.datasets.scores import normalized_score, normalized_score_from
+
+    # whole episodes: the trajectory view of a file (Minari datasets have only that view)
+    ds = load_dataset(path, view="trajectory" if Path(path).is_file() else None)
+    returns = ds.episode_returns()  # [K] float64
+    meta = ds.metadata
+    env = opts.env or meta.get("env_id") or Path(path).stem
+    info = {"dataset": path, "format": meta.get("format"), "env": env, "transitions": len(ds),
+            "episodes": ds.num_episodes, "terminals": int(ds.terminated.sum()), "timeouts": int(ds.truncated.sum()),
+            "obs_dim": ds.obs_dim, "action_dim": ds.action_dim,
+            "return_mean": float(returns.mean()), "return_std": float(returns.std(unbiased=False)),
+            "return_min": float(returns.min()), "return_max": float(returns.max())}
+    try:
+        if opts.env is None and meta.get("ref_scores"):
+            score, source = normalized_score_from(meta["ref_scores"], float(returns.mean()))
+        else:
+            score, source = normalized_score(env, float(returns.mean()), opts.refs)
+        info.update(normalized_score=float(score), score_reference=source)
+    except UserInputError as e:  # the size and returns are still worth printing
+        info.update(normalized_score=None, score_reference=str(e))
+    return info
 
 
 # -- plot -----------------------------------------------------------------------------------------------
