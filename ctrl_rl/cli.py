@@ -35,8 +35,12 @@ C = TypeVar("C")
 
 ALGOS = {"ppo": "Proximal Policy Optimization for many parallel envs (Gaussian or categorical head)",
          "sac": "Soft Actor-Critic: batched critic ensemble (REDQ subset), UTD ratio, CrossQ option",
-         "sac_flow": "SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC"}
+         "sac_flow": "SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC",
+         "cql": "Conservative Q-Learning, offline (--dataset), WSRL's pre-training settings; loads into SAC",
+         "calql": "Cal-QL: CQL with the Monte-Carlo return as a lower bound, offline (--dataset)",
+         "iql": "Implicit Q-Learning, offline (--dataset): expectile value, advantage-weighted actor"}
 OFF_POLICY = {"sac", "sac_flow"}
+OFFLINE = {"cql", "calql", "iql"}
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
     from ctrl_rl.learn.onpolicy import train_onpolicy
 
     dist_info = D.init_from_env(run.device)
-    if dist_info.enabled and algo in OFF_POLICY:
+    if dist_info.enabled and algo in OFF_POLICY | OFFLINE:
         D.shutdown()
         raise UserInputError(f"{algo!r} runs in one process: expected `ctrl-rl train {algo}` without torchrun")
     try:
@@ -233,6 +237,10 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
             from ctrl_rl.learn.offpolicy import train_offpolicy
 
             res = train_offpolicy(run, algo, cfg, run_dir, resume=resume)
+        elif algo in OFFLINE:
+            from ctrl_rl.learn.offline import train_offline
+
+            res = train_offline(run, algo, cfg, run_dir, resume=resume)
         else:
             res = train_onpolicy(run, cfg, run_dir, resume=resume, dist_info=dist_info)
         if dist_info.is_main:

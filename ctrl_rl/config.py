@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from ctrl_rl.algos.ppo import PPOConfig
 from ctrl_rl.algos.sac import SACConfig
+from ctrl_rl.algos.cql import CalQLConfig, CQLConfig
+from ctrl_rl.algos.iql import IQLConfig
 from ctrl_rl.algos.sac_flow import SACFlowConfig
 from ctrl_rl.errors import UserInputError
 
@@ -61,6 +63,12 @@ class RunConfig:
     """torch intra-op threads (0: auto; 1 for off-policy training on CPU and for PPO with envpool on a
     machine with <= 2 cores, where small ops on two threads stall when other processes compete; else
     torch's default)."""
+    dataset: str | None = None
+    """Offline algorithms (cql, calql, iql): a D4RL or ctrl_rl .hdf5 file or a Minari dataset id."""
+    eval_every: int = 0
+    """Offline algorithms: evaluate in --env every this many gradient steps (0: only at the end)."""
+    eval_episodes: int = 10
+    """Offline algorithms: episodes per evaluation (one per parallel env)."""
     save_replay: bool = False
     """Off-policy: put the replay buffer into checkpoints, so a resumed run continues with the same data."""
     collect_threads: int = 0
@@ -72,18 +80,26 @@ class RunConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {v!r}: expected a positive integer")
+        if self.eval_episodes < 1 or self.eval_every < 0:
+            raise UserInputError(f"invalid --eval-episodes {self.eval_episodes!r} / --eval-every {self.eval_every!r}: "
+                                 "expected a positive number of episodes and a non-negative interval")
         for name in ("threads", "collect_threads"):
             if getattr(self, name) < 0:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected 0 (auto) or a positive integer")
 
 
-ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "sac_flow": SACFlowConfig}
+ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "sac_flow": SACFlowConfig, "cql": CQLConfig,
+                                  "calql": CalQLConfig, "iql": IQLConfig}
 
 # Run settings that differ per algorithm when no preset gives them (off-policy: one env, log and
 # checkpoint intervals in iterations = steps of all envs).
 ALGO_RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "sac": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
     "sac_flow": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
+    # offline: total_steps counts gradient steps (WSRL pre-trains CQL for 250k steps on locomotion; IQL 1M)
+    "cql": {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000},
+    "calql": {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000},
+    "iql": {"total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000, "eval_every": 50_000},
 }
 
 

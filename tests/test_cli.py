@@ -129,7 +129,22 @@ def test_data_info_reports_episodes_returns_and_normalized_score(tmp_path):
     assert "D4RL" in info["score_reference"] or "d4rl" in info["score_reference"]
 
 
+@pytest.mark.parametrize("algo", ["cql", "iql"])
+def test_offline_training_and_eval_from_the_cli(algo, tmp_path):
+    from tests.learn.test_offline import write_pendulum_dataset
+
+    data = write_pendulum_dataset(tmp_path / "pendulum-random.hdf5")
+    d = tmp_path / algo
+    r = cli("train", algo, "--env", "torch:Pendulum", "--dataset", data, "--total-steps", "30", "--eval-episodes", "2",
+            "--actor-hidden", "32", "--critic-hidden", "32", "--batch-size", "32", "--run-dir", d, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[0])["step"] == 30
+    assert json.loads(cli("eval", d, "--episodes", "2").stdout)["episodes"] == 2
+
+
 BAD = [
+    (["train", "cql", "--env", "torch:Pendulum"], "--dataset"),
+    (["train", "iql", "--env", "HalfCheetah-v5", "--dataset", "no/such.hdf5"], "no/such.hdf5"),
     (["data", "info", "no/such/file.hdf5"], "no/such/file.hdf5"),
     (["train", "sac", "--env", "torch:CartPole", "--total-steps", "10"], "continuous actions"),
     (["train", "sac", "--scale-envs", "2"], "--scale-envs"),

@@ -121,6 +121,14 @@ class CQLConfig(SACConfig):
         return SACConfig(**{**{k: getattr(self, k) for k in names}, **overrides})
 
 
+@dataclass(frozen=True)
+class CalQLConfig(CQLConfig):
+    """Cal-QL: CQL whose policy-sample Q values are lower-bounded by the Monte-Carlo return (``calql=True``)."""
+
+    calql: bool = True
+    """Cal-QL: lower-bound the policy samples' Q by the Monte-Carlo return (batches must be MCTransition)."""
+
+
 @dataclass
 class MCTransition(Transition):
     """Transitions with the Monte-Carlo return-to-go of their state (Cal-QL)."""

@@ -77,9 +77,11 @@ def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
         probe = PPO(cfg, env.spec, opts.device)
         policy = (lambda o: probe.sample(o)[0]) if opts.stochastic else (lambda o: probe.act(o, deterministic=True))
     else:
+        from ctrl_rl.learn.offline import OFFLINE_ALGOS, make_offline_algo
         from ctrl_rl.learn.offpolicy import make_offpolicy_algo
 
-        probe = make_offpolicy_algo(name, cfg, env.spec, torch.device(opts.device), torch.Generator(opts.device))
+        make = make_offline_algo if name in OFFLINE_ALGOS else make_offpolicy_algo
+        probe = make(name, cfg, env.spec, torch.device(opts.device), torch.Generator(opts.device))
         policy = (lambda o: probe.act(o, deterministic=not opts.stochastic))
     try:
         probe.load_state_dict(algo_state)
