@@ -21,14 +21,13 @@ from pathlib import Path
 
 import torch
 
-from ctrl_rl.config import RunConfig, save_config
+from ctrl_rl.config import RunConfig, to_dict
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
 from ctrl_rl.learn.evaluate import run_episodes
-from ctrl_rl.learn.logging import RunLogger
-from ctrl_rl.learn.onpolicy import TrainingDiverged, TrainResult, _asdict, build_env
-from ctrl_rl.learn.runtime import setup_device
+from ctrl_rl.learn.onpolicy import TrainingDiverged, TrainResult, build_env
+from ctrl_rl.learn.runtime import open_run_dir, progress_bar, setup_device, single_thread_by_default
 from ctrl_rl.storage.datasets import load_dataset, normalized_score, to_replay
 
 OFFLINE_ALGOS = ("cql", "calql", "iql")
@@ -67,8 +66,7 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
                              ".hdf5 file or a Minari dataset id")
     threads_on_entry = torch.get_num_threads()
     device = setup_device(run.device, run.threads)
-    if run.threads == 0 and device.type == "cpu":
-        torch.set_num_threads(1)  # small ops: see learn/offpolicy.py
+    single_thread_by_default(device, run.threads)
     probe = build_env(run, 1, run.seed, 0.99)  # the evaluation env's spec (and a check that the id exists)
     spec = probe.spec
     probe.close()
@@ -110,23 +108,15 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
         algo.load_state_dict(ck["algo_state"])
         set_global_rng_state(ck["rng"])
         step, wall0, last_return = ck["counters"]["step"], ck["counters"]["wall_time"], ck["counters"]["last_return"]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ck_dir.mkdir(exist_ok=True)
-    save_config(run_dir / "config.json", algo_name, run, cfg)
-    logger = RunLogger(run_dir, resume_step=step if resume else None)
-    bar = None
-    if run.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, initial=step, unit="upd", unit_scale=True, dynamic_ncols=True,
-                   desc=f"{algo_name} {Path(run.dataset).name}", mininterval=0.5)
+    logger = open_run_dir(run_dir, algo_name, run, cfg, step if resume else None)
+    bar = progress_bar(run.progress, total, step, f"{algo_name} {Path(run.dataset).name}", unit="upd")
     t_start = time.time()
     t_log, step_log, done = t_start, step, 0
     info: dict[str, torch.Tensor] = {}
 
     def checkpoint() -> None:
         save_checkpoint(ck_dir / "latest.pt", {
-            "algo": algo_name, "config": {"run": _asdict(run), "algo": _asdict(cfg)}, "algo_state": algo.state_dict(),
+            "algo": algo_name, "config": {"run": to_dict(run), "algo": to_dict(cfg)}, "algo_state": algo.state_dict(),
             "rng": global_rng_state(), "counters": {"step": step, "wall_time": wall0 + time.time() - t_start,
                                                     "last_return": last_return, "reward_scale": reward_scale}})
 

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import torch
 
-from ctrl_rl.config import RunConfig, save_config
+from ctrl_rl.config import RunConfig, to_dict
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
-from ctrl_rl.learn.logging import RunLogger
-from ctrl_rl.learn.onpolicy import TrainingDiverged, TrainResult, _asdict, build_env
-from ctrl_rl.learn.runtime import setup_device
+from ctrl_rl.learn.onpolicy import TrainingDiverged, TrainResult, build_env
+from ctrl_rl.learn.runtime import open_run_dir, progress_bar, setup_device, single_thread_by_default
 from ctrl_rl.storage.replay import ReplayBuffer
 
 
@@ -63,11 +62,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
     ``max_iterations`` stops early after that many env steps of this call (simulates an interruption)."""
     threads_on_entry = torch.get_num_threads()  # restored on return
     device = setup_device(run.device, run.threads)
-    if run.threads == 0 and device.type == "cpu":
-        # batch-256 updates are ~10^2 small ops: a second OpenMP thread gains little on an idle 2-core
-        # machine, and when other processes compete, every op's barrier waits for a descheduled worker
-        # (measured here: 4.5 instead of 94 updates/s). --threads N overrides.
-        torch.set_num_threads(1)
+    single_thread_by_default(device, run.threads)
     gen = seed_everything(run.seed, device)
     env = build_env(run, run.num_envs, run.seed, cfg.gamma)
     if env.spec.discrete:
@@ -97,16 +92,8 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
     else:
         obs = env.reset(seed=run.seed)  # [N,O]
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ck_dir.mkdir(exist_ok=True)
-    save_config(run_dir / "config.json", algo_name, run, cfg)
-    logger = RunLogger(run_dir, resume_step=step if resume else None)
-    bar = None
-    if run.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=iterations * N, initial=step, unit="step", unit_scale=True, dynamic_ncols=True,
-                   desc=f"{algo_name} {run.env}", mininterval=0.5)
+    logger = open_run_dir(run_dir, algo_name, run, cfg, step if resume else None)
+    bar = progress_bar(run.progress, iterations * N, step, f"{algo_name} {run.env}")
 
     def check_finite(info: dict[str, float]) -> None:
         bad = [k for k, v in info.items() if not math.isfinite(v)]
@@ -118,7 +105,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
     def checkpoint() -> None:
         check_finite({})
         save_checkpoint(ck_dir / "latest.pt", {
-            "algo": algo_name, "config": {"run": _asdict(run), "algo": _asdict(cfg)},
+            "algo": algo_name, "config": {"run": to_dict(run), "algo": to_dict(cfg)},
             "algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu(),
             "replay": buffer.state_dict() if run.save_replay else None, "rng": global_rng_state(),
             "counters": {"iteration": it, "step": step, "updates": updates, "credit": credit,

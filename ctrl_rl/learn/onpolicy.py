@@ -15,15 +15,14 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos.ppo import PPO, PPOConfig
-from ctrl_rl.config import RunConfig, save_config
+from ctrl_rl.config import RunConfig, to_dict
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.envs.registry import make_env, resolve_backend
 from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
-from ctrl_rl.learn.logging import RunLogger
-from ctrl_rl.learn.runtime import setup_device
+from ctrl_rl.learn.runtime import open_run_dir, progress_bar, setup_device
 from ctrl_rl.storage.rollout import RolloutStorage
 
 
@@ -209,17 +208,9 @@ def train_onpolicy(
 
     logger = None
     if dist_info.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ck_dir.mkdir(exist_ok=True)
-        save_config(run_dir / "config.json", "ppo", run, cfg)
-        logger = RunLogger(run_dir, resume_step=step if resume else None)
+        logger = open_run_dir(run_dir, "ppo", run, cfg, step if resume else None)
 
-    bar = None
-    if run.progress and dist_info.is_main:
-        from tqdm import tqdm
-
-        bar = tqdm(total=iterations * steps_per_iter, initial=step, unit="step", unit_scale=True,
-                   dynamic_ncols=True, desc=f"ppo {run.env}", mininterval=0.5)
+    bar = progress_bar(run.progress and dist_info.is_main, iterations * steps_per_iter, step, f"ppo {run.env}")
 
     def checkpoint(it: int) -> None:
         state = {"algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu()}
@@ -233,7 +224,7 @@ def train_onpolicy(
             payload = {"ranks": gathered, "world_size": W}
         else:
             payload = dict(state)
-        payload.update({"algo": "ppo", "config": {"run": _asdict(run), "algo": _asdict(cfg)},
+        payload.update({"algo": "ppo", "config": {"run": to_dict(run), "algo": to_dict(cfg)},
                         "rng": global_rng_state(),
                         "counters": {"iteration": it, "step": step, "wall_time": wall0 + time.time() - t_start,
                                      "last_return": last_return}})
@@ -300,8 +291,3 @@ def train_onpolicy(
         torch.set_num_threads(threads_on_entry)
     return TrainResult(run_dir, step, it, last_return, wall0 + time.time() - t_start, algo)
 
-
-def _asdict(obj) -> dict:
-    from dataclasses import asdict
-
-    return asdict(obj)
