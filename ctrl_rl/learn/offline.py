@@ -23,6 +23,7 @@ import torch
 
 from ctrl_rl.config import RunConfig, to_dict
 from ctrl_rl.core.seeding import seed_everything
+from ctrl_rl.algos.cql import MCTransition
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
 from ctrl_rl.learn.evaluate import run_episodes
@@ -95,8 +96,6 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
     def sample():
         if mc_return is None:
             return buffer.sample(cfg.batch_size, gen)
-        from ctrl_rl.algos.cql import MCTransition
-
         idx = buffer.sample_indices(cfg.batch_size, gen)  # [B]
         b = buffer.gather(idx)
         return MCTransition(b.obs, b.action, b.reward, b.next_obs, b.terminated, b.truncated, mc_return[idx])
