@@ -1,6 +1,6 @@
 """The `ctrl-rl` command line: train, eval, data, plot, list.
 
-    ctrl-rl train ppo|sac|sac_flow --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
+    ctrl-rl train ppo|sac|sac_flow|cql|calql|iql|wsrl|rlpd|sac_flow_o2o --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
                       [--preset NAME] [--device cpu|cuda] [--resume DIR] [every hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
     ctrl-rl data info PATH_OR_MINARI_ID [--env ID] [--refs d4rl|local|PATH]
@@ -38,8 +38,11 @@ ALGOS = {"ppo": "Proximal Policy Optimization for many parallel envs (Gaussian o
          "sac_flow": "SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC",
          "cql": "Conservative Q-Learning, offline (--dataset), WSRL's pre-training settings; loads into SAC",
          "calql": "Cal-QL: CQL with the Monte-Carlo return as a lower bound, offline (--dataset)",
-         "iql": "Implicit Q-Learning, offline (--dataset): expectile value, advantage-weighted actor"}
-OFF_POLICY = {"sac", "sac_flow"}
+         "iql": "Implicit Q-Learning, offline (--dataset): expectile value, advantage-weighted actor",
+         "wsrl": "WSRL: online SAC fine-tuning of a cql/calql run (--init), warm-up with the frozen policy, no offline data",
+         "rlpd": "RLPD baseline: online SAC from scratch with 50/50 offline (--dataset) and online batches",
+         "sac_flow_o2o": "SAC Flow offline-to-online: flow-matching pre-training on --dataset, then online SAC Flow"}
+OFF_POLICY = {"sac", "sac_flow", "wsrl", "rlpd", "sac_flow_o2o"}
 OFFLINE = {"cql", "calql", "iql"}
 
 
@@ -52,7 +55,7 @@ class TrainArgs(Generic[C]):
 
 
 RESUME_OVERRIDES = {"total_steps", "progress", "threads", "collect_threads", "log_every", "checkpoint_every", "resume",
-                    "save_replay"}
+                    "save_replay", "keep_every"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ctrl-rl: interrupted; the last checkpoint is kept", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (e.g. `| head`): not an error of the command
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _dispatch(argv: list[str]) -> int:

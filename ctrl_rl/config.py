@@ -21,7 +21,8 @@ from ctrl_rl.algos.ppo import PPOConfig
 from ctrl_rl.algos.sac import SACConfig
 from ctrl_rl.algos.cql import CalQLConfig, CQLConfig
 from ctrl_rl.algos.iql import IQLConfig
-from ctrl_rl.algos.sac_flow import SACFlowConfig
+from ctrl_rl.algos.sac_flow import SACFlowConfig, SACFlowO2OConfig
+from ctrl_rl.algos.wsrl import RLPDConfig, WSRLConfig
 from ctrl_rl.errors import UserInputError
 
 
@@ -64,13 +65,18 @@ class RunConfig:
     machine with <= 2 cores, where small ops on two threads stall when other processes compete; else
     torch's default)."""
     dataset: str | None = None
-    """Offline algorithms (cql, calql, iql): a D4RL or ctrl_rl .hdf5 file or a Minari dataset id."""
+    """Offline data: a D4RL or ctrl_rl .hdf5 file, a generated dataset id (hopper-medium-v5) or a Minari id
+    (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches)."""
     eval_every: int = 0
-    """Offline algorithms: evaluate in --env every this many gradient steps (0: only at the end)."""
+    """Evaluate the deterministic policy in --env every this many gradient steps (offline algorithms; 0: only
+    at the end) or env steps (off-policy; 0: never), logging its return and normalized score."""
     eval_episodes: int = 10
-    """Offline algorithms: episodes per evaluation (one per parallel env)."""
+    """Episodes per evaluation (one per parallel env)."""
     save_replay: bool = False
     """Off-policy: put the replay buffer into checkpoints, so a resumed run continues with the same data."""
+    keep_every: int = 0
+    """Off-policy: also keep a snapshot (checkpoint without the replay buffer) every this many iterations
+    as checkpoints/step_<N>.pt, e.g. to pick behaviour policies for datasets (0: keep only latest.pt)."""
     collect_threads: int = 0
     """torch threads while collecting a rollout (0: auto, 1 for envpool on CPU so its worker threads get
     the cores, else the same as for the update)."""
@@ -80,6 +86,8 @@ class RunConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {v!r}: expected a positive integer")
+        if self.keep_every < 0:
+            raise UserInputError(f"invalid --keep-every {self.keep_every!r}: expected 0 (off) or a positive number of iterations")
         if self.eval_episodes < 1 or self.eval_every < 0:
             raise UserInputError(f"invalid --eval-episodes {self.eval_episodes!r} / --eval-every {self.eval_every!r}: "
                                  "expected a positive number of episodes and a non-negative interval")
@@ -89,7 +97,8 @@ class RunConfig:
 
 
 ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "sac_flow": SACFlowConfig, "cql": CQLConfig,
-                                  "calql": CalQLConfig, "iql": IQLConfig}
+                                  "calql": CalQLConfig, "iql": IQLConfig, "wsrl": WSRLConfig, "rlpd": RLPDConfig,
+                                  "sac_flow_o2o": SACFlowO2OConfig}
 
 # Run settings that differ per algorithm when no preset gives them (off-policy: one env, log and
 # checkpoint intervals in iterations = steps of all envs).
@@ -100,6 +109,11 @@ ALGO_RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "cql": {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000},
     "calql": {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000},
     "iql": {"total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000, "eval_every": 50_000},
+    # offline-to-online: env steps online (WSRL 500k, evaluated every 20k; SAC Flow O2O 1M)
+    "wsrl": {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 20_000},
+    "rlpd": {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 20_000},
+    "sac_flow_o2o": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 25_000,
+                     "eval_every": 20_000},
 }
 
 

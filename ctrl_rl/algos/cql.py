@@ -240,6 +240,17 @@ def make_actor(config: SACConfig, spec: EnvSpec) -> Actor:
     return actor
 
 
+def build_sac(config: SACConfig, spec: EnvSpec, device: torch.device | str = "cpu",
+              generator: torch.Generator | None = None) -> SAC:
+    """A SAC with WSRL's initialisation: the last hidden layer of actor and critics scaled by
+    ``config.final_hidden_scale`` (1 if the config has none), target critics copied after the scaling."""
+    sac = SAC(config, spec, device, generator, actor=make_actor(config, spec))
+    _scale_last_hidden_(list(sac.critic.layers), getattr(config, "final_hidden_scale", 1.0))
+    if sac.critic_target is not None:
+        sac.critic_target.load_state_dict(sac.critic.state_dict())
+    return sac
+
+
 class CQL:
     """CQL / Cal-QL: owns a SAC (actor, critics, targets, temperature) and the CQL Lagrange multiplier."""
 
@@ -253,12 +264,10 @@ class CQL:
             raise ValueError(f"CQL needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec = config, spec
         self.name = "calql" if config.calql else "cql"
-        self.sac = SAC(config, spec, device, generator, actor=make_actor(config, spec))
+        self.sac = build_sac(config, spec, device, generator)
         s = self.sac
         self.device, self.gen = s.device, s.gen
         self.actor, self.critic, self.critic_target, self.log_alpha = s.actor, s.critic, s.critic_target, s.log_alpha
-        _scale_last_hidden_(list(self.critic.layers), config.final_hidden_scale)
-        self.critic_target.load_state_dict(self.critic.state_dict())
         self._tgt, self._src = list(self.critic_target.parameters()), list(self.critic.parameters())
         self._log_q_uniform = spec.action_dim * math.log(0.5)
         self.lagrange_raw = self.lagrange_opt = None

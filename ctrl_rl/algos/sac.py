@@ -320,6 +320,20 @@ class SAC:
         vals = torch.stack([v.float() for v in info.values()]).tolist()
         return dict(zip(info.keys(), vals))
 
+    def update_split(self, batches: list[Transition], sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+        """WSRL/RLPD's high-UTD step (ALGORITHMS.md §1.4): one critic step (and target update) per minibatch in
+        ``batches``, then one actor and one temperature step on all of them together."""
+        for b in batches:
+            info = self.update_critic(b)
+        full = batches[0] if len(batches) == 1 else Transition(
+            *(torch.cat([getattr(b, f) for b in batches]) for f in ("obs", "action", "reward", "next_obs", "terminated",
+                                                                       "truncated")))
+        info.update(self.update_actor(full))
+        if not sync:
+            return info
+        vals = torch.stack([v.float() for v in info.values()]).tolist()
+        return dict(zip(info.keys(), vals))
+
     def parameters_finite(self) -> bool:
         params = [*self.actor.parameters(), *self.critic.parameters(), self.log_alpha]
         return bool(torch.stack([p.detach().isfinite().all() for p in params]).all())

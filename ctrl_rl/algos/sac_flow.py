@@ -124,6 +124,49 @@ class SACFlowConfig(SACConfig):
             raise ValueError("actor_batch_renorm describes SAC's Gaussian actor; SAC Flow takes flow_batch_renorm")
 
 
+@dataclass(frozen=True)
+class SACFlowO2OConfig(SACFlowConfig):
+    """SAC Flow offline-to-online (§2.5, the QC-FQL-based recipe without action chunks): ``offline_steps``
+    gradient steps on --dataset (a critic step and a flow-matching actor step each), then online SAC with the
+    offline data kept (``offline_ratio`` of every batch) and the actor loss ``o2o_actor_loss``.
+    Defaults: 4x512 critics with LayerNorm, 2 critics averaged, lr 3e-4, batch 256, updates after 5k env steps."""
+
+    offline_steps: int = 1_000_000
+    """Offline gradient steps before the first env step (paper: 1M)."""
+    alpha_reg: float = 100.0
+    """Weight of the action regulariser ``mean (a_pi - a_data)^2`` in the online actor loss (paper: 100)."""
+    offline_ratio: float = 0.5
+    """Fraction of every online batch drawn from --dataset (the paper keeps the offline data in the replay)."""
+    warmup_actions: Literal["policy", "random"] = "policy"
+    """Who acts during the first learning_starts env steps (no updates then): the pre-trained policy or random."""
+    critic_hidden: tuple[int, ...] = (512, 512, 512, 512)
+    """Hidden widths of each critic (paper: 4x512)."""
+    layer_norm: bool = True
+    """LayerNorm in the critics (paper: critic only)."""
+    actor_q: Literal["min", "mean"] = "mean"
+    """How the actor aggregates the critics (paper: mean)."""
+    flow_batch_renorm: bool = False
+    """No BatchRenorm in the offline-to-online recipe (its networks are plain MLPs)."""
+    learning_starts: int = 5_000
+    """Env steps before the first online update (paper: 5,000)."""
+    action_clip: float = 0.99999
+    """Actions are stored (and offline actions loaded) clipped to +-this."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.offline_steps < 0 or self.alpha_reg < 0 or not 0.0 <= self.offline_ratio <= 1.0:
+            raise ValueError("invalid SAC Flow O2O setting: expected offline_steps >= 0, alpha_reg >= 0 and "
+                             "offline_ratio in [0, 1]")
+        if self.warmup_actions not in ("policy", "random"):
+            raise ValueError(f"invalid warmup_actions {self.warmup_actions!r}: expected 'policy' or 'random'")
+
+
+def offline_step(algo: SACFlow, buffer: TransitionSource, batch_size: int) -> dict[str, torch.Tensor]:
+    """One offline step of the O2O recipe: a SAC critic step on a batch, then a flow-matching actor step on another."""
+    info = algo.update_critic(buffer.sample(batch_size, algo.gen))
+    return {**info, **pretrain_step(algo, buffer, batch_size)}
+
+
 def squash_log_std(h: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
     """``log sigma = lo + (hi - lo) (tanh(h) + 1) / 2``: smooth, bounded in (lo, hi)."""
     return lo + 0.5 * (hi - lo) * (torch.tanh(h) + 1.0)
