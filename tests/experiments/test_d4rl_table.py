@@ -1,0 +1,137 @@
+"""experiments/d4rl/run_table.py without training: the summarizer on fabricated run directories (tables,
+missing and incomplete runs, local references, the WSRL checks) and the commands --dry-run prints."""
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES
+
+ROOT = Path(__file__).resolve().parents[2]
+H = D4RL_REFERENCES["hopper"]
+
+
+@pytest.fixture(scope="module")
+def table():
+    spec = importlib.util.spec_from_file_location("d4rl_run_table", ROOT / "experiments" / "d4rl" / "run_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+def ret(score: float) -> float:
+    """The Hopper return whose D4RL-normalized score is ``score``."""
+    return H.random + score / 100 * (H.expert - H.random)
+
+
+def fake_run(d: Path, algo: str, seed: int, budget: int, curve: dict[int, float], online: bool, warmup: int = 0,
+             with_score: bool = True) -> None:
+    """A run directory as ctrl-rl writes it: config.json and metrics.jsonl with evaluation rows."""
+    d.mkdir(parents=True)
+    cfg = {"algo": algo, "run": {"env": "Hopper-v5", "total_steps": budget, "seed": seed}, "config": {"learning_starts": warmup}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    key = "eval_return" if online else "episode_return"
+    rows = []
+    for step, score in curve.items():
+        row = {"step": step, "wall_time": step / 10, key: ret(score)}
+        if with_score:
+            row.update(normalized_score=score, score_reference="D4RL")
+        rows.append(row)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+GRID = ["--tasks", "hopper", "--offline-levels", "medium", "--o2o-datasets", "hopper-medium-replay", "--seeds", "0", "1",
+        "--offline-steps", "100", "--eval-every", "50", "--online-steps", "200", "--online-eval-every", "100",
+        "--eval-episodes", "2"]
+
+
+def test_summary_tables(table, tmp_path, monkeypatch):
+    refs = tmp_path / "refs.json"  # local references: random 0, expert 1000
+    refs.write_text(json.dumps({"source": "test refs", "scores": {"hopper": {"random": 0.0, "expert": 1000.0}}}))
+    monkeypatch.setenv("CTRL_RL_REFERENCE_SCORES", str(refs))
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    med, rep = runs / "hopper-medium-v5", runs / "hopper-medium-replay-v5"
+    fake_run(med / "iql-s0", "iql", 0, 100, {50: 20.0, 100: 40.0}, online=False)
+    fake_run(med / "iql-s1", "iql", 1, 100, {50: 30.0, 100: 60.0}, online=False, with_score=False)  # score recomputed
+    fake_run(med / "cql-s0", "cql", 0, 100, {50: 10.0, 100: 55.0}, online=False)
+    fake_run(med / "cql-s1", "cql", 1, 100, {50: 12.0}, online=False)  # interrupted half-way
+    for s, final in ((0, 30.0), (1, 50.0)):
+        fake_run(rep / f"cql-s{s}", "cql", s, 100, {50: 5.0, 100: final}, online=False)
+        # WSRL: starts at CQL's score, dips after the 100-step warm-up, ends higher
+        fake_run(rep / f"wsrl-s{s}", "wsrl", s, 200, {0: final, 100: final, 150: final - 10, 200: final + 20}, online=True,
+                 warmup=100)
+    fake_run(rep / "rlpd-s0", "rlpd", 0, 200, {0: 1.0, 100: 1.0, 200: 41.0}, online=True, warmup=100)  # rlpd-s1 missing
+    args = table.parse_args(GRID + ["--runs-dir", str(runs)])
+    table.summarize(table.grid_spec(args), runs, out, "GRID-COMMAND", "SUMMARY-COMMAND")
+
+    md = (out / "d4rl.md").read_text()
+    assert "REGENERATED D4RL-protocol datasets on Gymnasium MuJoCo v5" in md and "`GRID-COMMAND`" in md
+    assert "| dataset | IQL (D4RL ref) | IQL (local ref) | IQL published v2 (different data) | CQL (D4RL ref) |" in md
+    # IQL: scores 40 and 60 -> 50 ± 14.1; local: returns / 10; CQL: one complete seed, one at 50 of 100 steps
+    iql_local = [r / 10 for r in (ret(40), ret(60))]
+    row = next(x for x in md.splitlines() if x.startswith("| hopper-medium-v5 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "50.0 ± 14.1 (n=2)"
+    assert cells[2].startswith(f"{sum(iql_local) / 2:.1f} ± ") and cells[3] == "65.7"
+    assert cells[4] == "55.0 (n=1) [1 incomplete, at 50/100]" and cells[6] == "59.1"
+    row = next(x for x in md.splitlines() if x.startswith("| hopper-medium-replay-v5 |"))
+    assert "not in grid" in row and "40.0 ± 14.1 (n=2)" in row and "98.6" in row
+    o2o = {x.split("|")[2].strip(): [c.strip() for c in x.strip("|").split("|")[2:]]
+           for x in md.splitlines() if x.startswith("| hopper-medium-replay-v5 | ")}
+    # step 0, final, min after warm-up, mean over the run (trapezoids / budget)
+    assert o2o["wsrl"] == ["40.0 ± 14.1 (n=2)", "60.0 ± 14.1 (n=2)", "30.0 ± 14.1 (n=2)", "40.0 ± 14.1 (n=2)"]
+    assert o2o["rlpd"] == ["1.0 (n=1) [1 missing]", "41.0 (n=1) [1 missing]", "41.0 (n=1) [1 missing]", "11.0 (n=1) [1 missing]"]
+    assert o2o["retained"] == ["— [2 missing]"] * 4
+    assert "largest per-seed difference 0.00 -> holds" in md
+    assert "dip 10.0 points); collapse (minimum below 50% of the run's step-0 score) in 0 of 2 seed(s) -> no collapse" in md
+    assert "40.0 (WSRL) vs 11.0 (RLPD) -> WSRL above" in md
+
+    rows = list(csv.DictReader((out / "d4rl.csv").open()))
+    assert len(rows) == 9  # every run that exists, incomplete ones included
+    cql1 = next(r for r in rows if r["dataset"] == "hopper-medium-v5" and r["method"] == "cql" and r["seed"] == "1")
+    assert cql1["complete"] == "False" and cql1["steps_done"] == "50"
+    iql1 = next(r for r in rows if r["method"] == "iql" and r["seed"] == "1")
+    assert float(iql1["final_score_d4rl"]) == pytest.approx(60.0) and float(iql1["final_score_local"]) == pytest.approx(ret(60) / 10)
+    assert (out / "d4rl_offline.png").stat().st_size > 0 and (out / "d4rl_o2o.png").stat().st_size > 0
+
+
+def test_summary_without_local_references(table, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTRL_RL_REFERENCE_SCORES", str(tmp_path / "absent.json"))
+    runs = tmp_path / "runs"
+    fake_run(runs / "hopper-medium-v5" / "iql-s0", "iql", 0, 100, {100: 40.0}, online=False)
+    args = table.parse_args(GRID + ["--runs-dir", str(runs), "--o2o-datasets"])
+    table.summarize(table.grid_spec(args), runs, tmp_path / "out", "G", "S")
+    md = (tmp_path / "out" / "d4rl.md").read_text()
+    assert "(local ref)" not in md and "local references: not available" in md
+    assert "Offline-to-online" not in md  # no o2o datasets, no table 2
+    assert "| hopper-medium-v5 | 40.0 (n=1) [1 missing] | 65.7 | — [2 missing] | 59.1 |" in md
+
+
+def test_dry_run_prints_the_commands(table, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    rep = runs / "hopper-medium-replay-v5"
+    for name, step in (("cql-s0", 100), ("rlpd-s0", 120)):  # one complete run, one interrupted at 120 of 200
+        (rep / name / "checkpoints").mkdir(parents=True)
+        torch.save({"counters": {"step": step}}, rep / name / "checkpoints" / "latest.pt")
+    table.main(GRID + ["--seeds", "0", "--runs-dir", str(runs), "--o2o-args", "--num-critics 2", "--dry-run"])
+    lines = [x.split("ctrl_rl ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
+    assert "data generate --env Hopper-v5 --level medium-replay --no-progress" in lines
+    assert "data generate --env Hopper-v5 --level medium --no-progress" in lines
+    assert "# complete: hopper-medium-replay-v5/cql-s0" in lines
+    assert (f"train iql --dataset hopper-medium-v5 --env Hopper-v5 --total-steps 100 --eval-every 50 --eval-episodes 2 "
+            f"--seed 0 --run-dir {runs}/hopper-medium-v5/iql-s0 --checkpoint-every 50 --no-progress --cosine-steps 100") in lines
+    assert f"train rlpd --resume {rep}/rlpd-s0 --total-steps 200 --no-progress" in lines
+    o2o = "--env Hopper-v5 --total-steps 200 --eval-every 100 --eval-episodes 2 --seed 0"
+    assert (f"train wsrl --init {rep}/cql-s0 {o2o} --run-dir {rep}/wsrl-s0 --checkpoint-every 100 --no-progress "
+            f"--save-replay --num-critics 2") in lines
+    assert (f"train wsrl --init {rep}/cql-s0 --dataset hopper-medium-replay-v5 --offline-ratio 0.5 {o2o} --run-dir "
+            f"{rep}/retained-s0 --checkpoint-every 100 --no-progress --save-replay --num-critics 2") in lines
+    assert len([x for x in lines if x.startswith("train ")]) == 5  # iql, cql on medium; rlpd, wsrl, retained
+    assert sorted(p.name for p in runs.iterdir()) == ["hopper-medium-replay-v5"]  # nothing written
