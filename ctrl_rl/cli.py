@@ -3,7 +3,9 @@
     ctrl-rl train ppo|sac|sac_flow|cql|calql|iql|wsrl|rlpd|sac_flow_o2o --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
                       [--preset NAME] [--device cpu|cuda] [--resume DIR] [every hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
-    ctrl-rl data info PATH_OR_MINARI_ID [--env ID] [--refs d4rl|local|PATH]
+    ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
+    ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5 --level random|medium|expert|medium-expert|medium-replay|all
+                          [--steps N] [--seed K] [--num-envs N] [--workers W] [--out PATH] [--force] [--from-run DIR]
     ctrl-rl plot RUN_DIR [--out PNG]
     ctrl-rl list envs|algos|presets
 
@@ -292,13 +294,47 @@ class DataInfoOptions:
     """Reference table: d4rl (the frozen D4RL min/max), local (measured v5 references) or a JSON path."""
 
 
+@dataclass(frozen=True)
+class DataGenerateOptions:
+    env: str = ""
+    """Gymnasium MuJoCo v5 task with shipped behaviour policies: Hopper-v5, HalfCheetah-v5 or Walker2d-v5."""
+    level: str = ""
+    """random, medium, expert, medium-expert, medium-replay, or all (every level, in that order)."""
+    steps: int = 1_000_000
+    """Transitions per random/medium/expert dataset (medium-expert: per part; medium-replay: the manifest's
+    medium step)."""
+    seed: int = 0
+    """Seed of the action sampling; env i is reset with seed + i."""
+    num_envs: int = 32
+    """Envs stepped in lockstep with one batched policy forward pass (the data depend on it; it is recorded)."""
+    workers: int = 0
+    """Processes stepping the envs (0: one per core); the data do not depend on it."""
+    out: str | None = None
+    """Output file (one level) or directory (all; medium-expert's parts go next to it). Default: the dataset
+    cache ($CTRL_RL_DATA_DIR, else $XDG_CACHE_HOME/ctrl_rl/datasets, else ~/.cache/ctrl_rl/datasets)."""
+    force: bool = False
+    """Regenerate files that already exist (otherwise reused when the same request made them)."""
+    from_run: str | None = None
+    """medium-replay: the behaviour-training run directory (trained with --save-replay) to read the replay from,
+    instead of re-running the recorded training."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+DATA_USAGE = ("usage: ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]\n"
+              "       ctrl-rl data generate --env ID --level LEVEL [--steps N] [--seed K] [--num-envs N] [--workers W] "
+              "[--out PATH] [--force] [--from-run DIR]   (`ctrl-rl data generate --help` explains them)")
+
+
 def cmd_data(args: list[str]) -> int:
-    prog = "ctrl-rl data info"
     if not args or args[0] in ("-h", "--help") or (args[0] == "info" and (len(args) < 2 or args[1] in ("-h", "--help"))):
-        print("usage: ctrl-rl data info PATH_OR_MINARI_ID [--env ID] [--refs d4rl|local|PATH]")
+        print(DATA_USAGE)
         return 0 if args else 2
+    if args[0] == "generate":
+        return cmd_data_generate(args[1:])
     if args[0] != "info":
-        raise UserInputError(f"unknown `ctrl-rl data` command {args[0]!r}: expected info")
+        raise UserInputError(f"unknown `ctrl-rl data` command {args[0]!r}: expected info or generate")
+    prog = "ctrl-rl data info"
     path, rest = args[1], args[2:]
     _check_flags(rest, _flag_names(DataInfoOptions), prog)
     opts = _tyro_parse(DataInfoOptions, rest, DataInfoOptions(), prog)
@@ -306,13 +342,34 @@ def cmd_data(args: list[str]) -> int:
     return 0
 
 
+def cmd_data_generate(args: list[str]) -> int:
+    """D4RL-protocol datasets (ctrl_rl.storage.datasets.generate): every input is checked before anything is
+    written; one JSON line per dataset (path, transitions, episodes, return mean, normalized score, seconds)."""
+    from ctrl_rl.storage.datasets.generate import plan, run_jobs
+
+    prog = "ctrl-rl data generate"
+    _check_flags(args, _flag_names(DataGenerateOptions), prog)
+    opts = _tyro_parse(DataGenerateOptions, args, DataGenerateOptions(), prog)
+    if not opts.env or not opts.level:
+        raise UserInputError(f"`{prog}` needs --env and --level: expected e.g. --env Hopper-v5 --level medium")
+    if opts.workers < 0:
+        raise UserInputError(f"invalid --workers {opts.workers}: expected 0 (one per core) or a positive integer")
+    jobs = plan(opts.env, opts.level, opts.steps, opts.seed, opts.num_envs, opts.out, opts.force, opts.from_run)
+    for summary in run_jobs(jobs, opts.progress, opts.workers or None):
+        print(json.dumps(summary), flush=True)
+    return 0
+
+
 def dataset_info(path: str, opts: DataInfoOptions) -> dict:
     """Size, episodes, return statistics and the normalized score of a dataset's own episodes."""
     from ctrl_rl.storage.datasets import load_dataset
+    from ctrl_rl.storage.datasets.generate import resolve_dataset_id
     from ctrl_rl.storage.datasets.scores import normalized_score, normalized_score_from
 
-    # whole episodes: the trajectory view of a file (Minari datasets have only that view)
-    ds = load_dataset(path, view="trajectory" if Path(path).is_file() else None)
+    # whole episodes: the trajectory view of a file (Minari datasets have only that view); a generated
+    # dataset id (hopper-medium-v5) is its file in the dataset cache
+    file = Path(path) if Path(path).is_file() else resolve_dataset_id(path)
+    ds = load_dataset(file or path, view="trajectory" if file is not None else None)
     returns = ds.episode_returns()  # [K] float64
     meta = ds.metadata
     env = opts.env or meta.get("env_id") or Path(path).stem

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.d4rl import View, make_view, read_d4rl
+from ctrl_rl.storage.datasets.generate import resolve_dataset_id
 from ctrl_rl.storage.datasets.minari import datasets_root, is_minari_dataset, load_minari
 from ctrl_rl.storage.datasets.native import attach_meta, read_meta
 from ctrl_rl.storage.datasets.offline import OfflineDataset
@@ -20,6 +21,8 @@ def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_
 
     * an HDF5 file: ctrl_rl's own format when it carries the ``ctrl_rl`` record, else a D4RL file; ``view``
       is ``"qlearning"`` (default: ``d4rl.qlearning_dataset`` exactly) or ``"trajectory"`` (whole episodes);
+    * a generated dataset id (``hopper-medium-v5``, ``walker2d-medium-replay-v5``...): the file
+      ``ctrl-rl data generate`` wrote to the dataset cache (``$CTRL_RL_DATA_DIR``, see ``generate.data_dir``);
     * a Minari dataset: ``minari:<id>``, a bare id found under ``minari_root`` / ``$MINARI_DATASETS_PATH``, or
       a dataset directory (holding ``data/metadata.json``). Minari stores every next observation, so its one
       view is the trajectory view; ``view="qlearning"`` and the D4RL-only options are refused.
@@ -27,6 +30,8 @@ def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_
     text = str(path_or_id)
     minari_id = text[len(MINARI_PREFIX):] if text.startswith(MINARI_PREFIX) else None
     p = Path(text).expanduser()
+    if minari_id is None and not p.exists():
+        p = resolve_dataset_id(text) or p
     if minari_id is None and p.is_dir() and (p / "data" / "metadata.json").is_file():
         return _minari(p.name, p.parent, view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
     if minari_id is None and p.is_dir():
