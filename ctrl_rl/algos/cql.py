@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.sac import SAC, Actor, SACConfig, tanh_normal_sample, td_target
+from ctrl_rl.algos.wsrl import WSRLSACConfig
 from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
@@ -62,29 +63,11 @@ from ctrl_rl.storage.datasets.offline import OfflineDataset
 
 
 @dataclass(frozen=True)
-class CQLConfig(SACConfig):
+class CQLConfig(WSRLSACConfig):
     """CQL/Cal-QL hyperparameters: SAC's fields plus CQL's; defaults are WSRL's locomotion pre-training
     (``locomotion_cql`` with ``--use_redq``, ALGORITHMS.md §1.3). The SAC fields a loop uses (batch_size) apply;
     buffer_size, learning_starts and utd_ratio are online settings and unused offline."""
 
-    num_critics: int = 10
-    """E: critic ensemble size (WSRL ``add_redq_config``: 10)."""
-    target_subset: int = 2
-    """M: critics in the target min and in the CQL term (WSRL ``critic_subsample_size`` 2)."""
-    layer_norm: bool = True
-    """LayerNorm after every hidden layer of the critics (WSRL ``--use_redq``)."""
-    actor_layer_norm: bool = True
-    """LayerNorm after every hidden layer of the actor (WSRL ``--use_redq``; SAC needs the same actor to load it)."""
-    final_hidden_scale: float = 1e-2
-    """Initial-weight scale of the last hidden layer of actor and critics (WSRL ``kernel_scale_final`` 1e-2)."""
-    actor_lr: float = 1e-4
-    """Actor Adam learning rate (WSRL sac_config 1e-4)."""
-    critic_lr: float = 3e-4
-    """Critic Adam learning rate (WSRL sac_config 3e-4)."""
-    alpha_lr: float = 1e-4
-    """Temperature Adam learning rate (WSRL sac_config 1e-4)."""
-    backup_entropy: bool = False
-    """Entropy term in the TD target (WSRL: False; the code asserts it off for CQL)."""
     alpha_cql: float = 5.0
     """Fixed CQL weight (WSRL locomotion ``cql_alpha`` 5.0); unused with ``lagrange``."""
     lagrange: bool = False
@@ -103,15 +86,12 @@ class CQLConfig(SACConfig):
     """Target: max over K next actions of the subset-min (WSRL ``cql_max_target_backup`` True)."""
     calql: bool = False
     """Cal-QL: lower-bound the policy samples' Q by the Monte-Carlo return (batches must be MCTransition)."""
-    action_clip: float = 0.99999
-    """Dataset actions are clipped to +-this (WSRL ``--clip_action``), inside the tanh's open range."""
-
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.crossq or self.actor_batch_renorm:
             raise ValueError("invalid CQL setting: crossq / actor_batch_renorm are not supported (CQL uses target critics)")
-        if self.num_cql_samples < 1 or not 0 < self.action_clip <= 1 or self.final_hidden_scale <= 0:
-            raise ValueError("invalid CQL setting: expected num_cql_samples >= 1, 0 < action_clip <= 1, final_hidden_scale > 0")
+        if self.num_cql_samples < 1:
+            raise ValueError("invalid CQL setting: expected num_cql_samples >= 1")
         if self.lagrange_init <= 0 or self.lagrange_lr <= 0 or self.alpha_cql < 0:
             raise ValueError("invalid CQL setting: expected lagrange_init > 0, lagrange_lr > 0, alpha_cql >= 0")
 

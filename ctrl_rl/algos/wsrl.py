@@ -36,7 +36,40 @@ NETWORK_FIELDS = ("actor_hidden", "critic_hidden", "activation", "num_critics", 
 
 
 @dataclass(frozen=True)
-class WSRLConfig(SACConfig):
+class WSRLSACConfig(SACConfig):
+    """SAC with the networks and optimizer settings WSRL pre-trains (CQL, Cal-QL) and fine-tunes with: 10
+    critics with subset 2, LayerNorm in actor and critics (``--use_redq``), no entropy term in the target
+    (ALGORITHMS.md §1.3-1.4). A checkpoint of one loads into the others."""
+
+    num_critics: int = 10
+    """E: critic ensemble size (WSRL ``add_redq_config``: 10)."""
+    target_subset: int = 2
+    """M: critics in the target min (and CQL's term) (WSRL ``critic_subsample_size`` 2)."""
+    layer_norm: bool = True
+    """LayerNorm after every hidden layer of the critics (WSRL ``--use_redq``)."""
+    actor_layer_norm: bool = True
+    """LayerNorm after every hidden layer of the actor (WSRL ``--use_redq``; SAC needs the same actor to load it)."""
+    final_hidden_scale: float = 1e-2
+    """Initial-weight scale of the last hidden layer of actor and critics (WSRL ``kernel_scale_final`` 1e-2)."""
+    actor_lr: float = 1e-4
+    """Actor Adam learning rate (WSRL sac_config 1e-4)."""
+    critic_lr: float = 3e-4
+    """Critic Adam learning rate (WSRL sac_config 3e-4)."""
+    alpha_lr: float = 1e-4
+    """Temperature Adam learning rate (WSRL sac_config 1e-4)."""
+    backup_entropy: bool = False
+    """Entropy term in the TD target (WSRL: False)."""
+    action_clip: float = 0.99999
+    """Dataset and stored actions are clipped to +-this (WSRL ``--clip_action``), inside tanh's open range."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.action_clip <= 1 or self.final_hidden_scale <= 0:
+            raise ValueError("invalid setting: expected 0 < action_clip <= 1 and final_hidden_scale > 0")
+
+
+@dataclass(frozen=True)
+class WSRLConfig(WSRLSACConfig):
     """WSRL fine-tuning: SAC with WSRL's locomotion settings (10 critics, subset 2, LayerNorm, batch 1024 in
     4 critic minibatches, 5k-step warm-up with the frozen pre-trained policy, no offline data)."""
 
@@ -48,28 +81,10 @@ class WSRLConfig(SACConfig):
     """Who acts during the first learning_starts env steps (no updates then): the policy or uniform random."""
     critic_splits: int = 4
     """Critic minibatches per batch: batch_size / critic_splits transitions each, one critic step each."""
-    num_critics: int = 10
-    """N: critic ensemble size (WSRL 10)."""
-    target_subset: int = 2
-    """M: critics in the target's min (WSRL 2)."""
-    layer_norm: bool = True
-    """LayerNorm in the critics (WSRL)."""
-    actor_layer_norm: bool = True
-    """LayerNorm in the actor (WSRL)."""
-    final_hidden_scale: float = 1e-2
-    """Initial-weight scale of the last hidden layer (from scratch only; WSRL ``kernel_scale_final``)."""
-    actor_lr: float = 1e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 1e-4
-    backup_entropy: bool = False
-    """Entropy term in the TD target (WSRL: off)."""
     batch_size: int = 1024
     """Transitions per batch update (WSRL 1024)."""
     learning_starts: int = 5_000
     """Warm-up env steps without updates (WSRL 5,000)."""
-    action_clip: float = 0.99999
-    """Actions are stored (and offline actions loaded) clipped to +-this, inside tanh's open range."""
-
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0.0 <= self.offline_ratio <= 1.0:
@@ -79,8 +94,6 @@ class WSRLConfig(SACConfig):
                              f"batch_size {self.batch_size}")
         if self.warmup_actions not in ("policy", "random"):
             raise ValueError(f"invalid warmup_actions {self.warmup_actions!r}: expected 'policy' or 'random'")
-        if not 0 < self.action_clip <= 1 or self.final_hidden_scale <= 0:
-            raise ValueError("invalid setting: expected 0 < action_clip <= 1 and final_hidden_scale > 0")
 
 
 @dataclass(frozen=True)
