@@ -173,7 +173,8 @@ def export_behaviour(checkpoint_path: str | Path, level: str, out_path: str | Pa
     actor_from_checkpoint(ck, obs_dim, action_dim, str(checkpoint_path))  # refuses a state that does not fit
     record = {
         "format": FORMAT, "version": VERSION, "env_id": env_id, "level": level,
-        "obs_dim": obs_dim, "action_dim": action_dim, "sac_config": dict(algo_cfg),
+        "obs_dim": obs_dim, "action_dim": action_dim,
+        "sac_config": {k: list(v) if isinstance(v, tuple) else v for k, v in algo_cfg.items()},  # as in config.json
         "actor": {k: (v.float() if v.is_floating_point() else v).detach().clone().contiguous() for k, v in state.items()},
         "source": {"run_command": training_command(run, algo_cfg), "checkpoint_step": int(ck["counters"]["step"]),
                    "train_seed": int(run["seed"]), "eval_return_mean": float(eval_stats["mean"]),

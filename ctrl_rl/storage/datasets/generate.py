@@ -21,10 +21,14 @@ the observation was computed from, read from ``env.unwrapped.data`` before each 
 end where ``terminals | timeouts``; the file has exactly the requested number of rows, so the last episode may be
 cut, with neither flag on its last row (as in D4RL's files).
 
-Collection steps ``num_envs`` Gymnasium envs in one process with one batched policy forward pass per step; env i
-is reset with seed ``seed + i`` and then keeps its own RNG. Finished episodes are appended in the order they end
-(never interleaved); the episodes still running when the file is full are dropped. The data therefore depend on
-``seed`` and ``num_envs``; both are recorded. Files go to ``$CTRL_RL_DATA_DIR``, else
+Collection steps ``num_envs`` Gymnasium envs in lockstep with one batched policy forward pass per step; env i
+is reset with seed ``seed + i`` and then keeps its own RNG. MuJoCo's step is most of the cost, so the envs are split
+over ``workers`` forked processes (default: one per core), which only step them: the rows do not depend on
+``workers``. Finished episodes are appended whole in the order they end (never interleaved); the episodes still
+running when the file is full are dropped. The data therefore depend on ``seed`` and ``num_envs``; both are
+recorded. Measured cost (experiments/data/bench_collect.py, on a busy 2-core machine): about 220 CPU-seconds per 1M
+Hopper/Walker2d rows of a SAC policy, 100 for HalfCheetah: an estimated one to two minutes per 1M with two
+workers on two idle cores (not measured idle). Files go to ``$CTRL_RL_DATA_DIR``, else
 ``$XDG_CACHE_HOME/ctrl_rl/datasets``, else ``~/.cache/ctrl_rl/datasets``, as ``<task>-<level>-v5.hdf5``, written
 atomically; ``load_dataset("hopper-medium-v5")`` finds them there.
 
@@ -463,6 +467,18 @@ def _read_record(path: Path) -> DatasetMeta | None:
         return None
 
 
+def _merge_local_references(refs: Mapping[str, Any]) -> None:
+    """Write the manifest's references into the local reference file (``--refs local``), keeping other tasks'."""
+    from ctrl_rl.storage.datasets.scores import load_local_references, save_local_references
+
+    try:
+        merged = {**load_local_references().scores, **refs}
+    except UserInputError:  # no file yet (or an unreadable one, which this replaces)
+        merged = dict(refs)
+    save_local_references(merged, source="local v5 references (uniform random and expert SAC policy, episodes "
+                                         "per task as listed; ctrl_rl behaviour manifest)")
+
+
 def _reusable(job: Job) -> bool:
     """True if ``job.path`` holds this request's data; refuses a file made by another request."""
     if not job.path.exists():
@@ -472,7 +488,8 @@ def _reusable(job: Job) -> bool:
     if old == job.request:
         return True
     diff = "its ctrl_rl record is unreadable" if old is None else next(
-        f"{k}={old.get(k)!r} instead of {v!r}" for k, v in job.request.items() if old.get(k) != v)
+        (f"{k}={old.get(k)!r} instead of {v!r}" for k, v in job.request.items() if old.get(k) != v),
+        "another request")
     raise UserInputError(f"{job.path} already exists and was made differently ({diff}): expected --force to "
                          f"regenerate it, or --out PATH for a separate file")
 
@@ -652,13 +669,10 @@ def _summary(job: Job, seconds: float, reused: bool) -> dict:
 def run_jobs(jobs: list[Job], progress: bool = True, workers: int | None = None) -> Iterator[dict]:
     """Produce every planned dataset (reusing files the same request made; ``plan(force=True)`` never reuses)
     and yield its summary line: path, transitions, complete episodes, their mean return and normalized score."""
-    from ctrl_rl.storage.datasets.scores import save_local_references
-
     manifest = B.load_manifest()
     refs = B.local_references(manifest)
     if refs:
-        save_local_references(refs, source="local v5 references (uniform random and expert SAC policy, 100 episodes "
-                                           "each; ctrl_rl behaviour manifest)")
+        _merge_local_references(refs)
     versions = _versions()
     done: set[Path] = set()  # made by this call: a medium-expert part is not made twice
 
