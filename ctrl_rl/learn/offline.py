@@ -44,6 +44,15 @@ def make_offline_algo(name: str, cfg, spec, device: torch.device, gen: torch.Gen
     return CQL(cfg, spec, device, gen)
 
 
+def open_dataset(dataset: str, spec, action_clip: float):
+    """``--dataset`` checked against the env's sizes: a file through the ``qlearning`` view (exactly
+    ``d4rl.qlearning_dataset``), a Minari dataset through its episodes; actions clipped to +-``action_clip``."""
+    ds = load_dataset(dataset, view="qlearning" if Path(dataset).is_file() else None, obs_dim=spec.obs_dim,
+                      action_dim=spec.action_dim)
+    ds.action.clamp_(-action_clip, action_clip)
+    return ds
+
+
 def evaluate_policy(algo, run: RunConfig, episodes: int, seed: int) -> tuple[float, float | None, str]:
     """Mean deterministic return over ``episodes`` episodes in ``run.env``, its normalized score and the table used."""
     env = build_env(dataclasses.replace(run, reward_scale=False), episodes, seed, 0.99)
@@ -73,10 +82,7 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
     probe.close()
     if spec.discrete:
         raise UserInputError(f"{algo_name} needs continuous actions: env {run.env!r} has discrete actions")
-    path = Path(run.dataset)
-    ds = load_dataset(run.dataset, view="qlearning" if path.is_file() else None, obs_dim=spec.obs_dim,
-                      action_dim=spec.action_dim)
-    ds.action.clamp_(-cfg.action_clip, cfg.action_clip)
+    ds = open_dataset(run.dataset, spec, cfg.action_clip)
     reward_scale = 1.0
     if algo_name == "iql":
         from ctrl_rl.algos.iql import locomotion_reward_scale

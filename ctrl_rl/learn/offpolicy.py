@@ -37,7 +37,6 @@ from ctrl_rl.learn.runtime import open_run_dir, progress_bar, setup_device, sing
 from ctrl_rl.storage.replay import ReplayBuffer
 
 
-FINETUNE_ALGOS = ("wsrl", "rlpd", "sac_flow_o2o")
 INIT_ALGOS = ("cql", "calql", "sac", "wsrl", "rlpd")  # checkpoints whose state loads into SAC
 
 
@@ -99,12 +98,10 @@ def open_offline_data(run: RunConfig, cfg, spec, device: torch.device):
     if ratio == 0:
         raise UserInputError("--dataset was given with --offline-ratio 0: expected a positive --offline-ratio "
                              "(the fraction of every batch drawn from the dataset)")
-    from ctrl_rl.storage.datasets import load_dataset, to_replay
+    from ctrl_rl.learn.offline import open_dataset
+    from ctrl_rl.storage.datasets import to_replay
 
-    ds = load_dataset(run.dataset, view="qlearning" if Path(run.dataset).is_file() else None, obs_dim=spec.obs_dim,
-                      action_dim=spec.action_dim)
-    ds.action.clamp_(-cfg.action_clip, cfg.action_clip)
-    return to_replay(ds, device)
+    return to_replay(open_dataset(run.dataset, spec, cfg.action_clip), device)
 
 
 class EpisodeTally:
