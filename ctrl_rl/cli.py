@@ -290,8 +290,9 @@ def cmd_eval(args: list[str]) -> int:
 class DataInfoOptions:
     env: str | None = None
     """Env whose reference scores normalize the returns (default: the dataset's own record, or its name)."""
-    refs: str = "d4rl"
-    """Reference table: d4rl (the frozen D4RL min/max), local (measured v5 references) or a JSON path."""
+    refs: str | None = None
+    """Reference table: d4rl (the frozen D4RL min/max), local (measured v5 references) or a JSON path
+    (default: the dataset's own record when it has one, else d4rl)."""
 
 
 @dataclass(frozen=True)
@@ -379,10 +380,10 @@ def dataset_info(path: str, opts: DataInfoOptions) -> dict:
             "return_mean": float(returns.mean()), "return_std": float(returns.std(unbiased=False)),
             "return_min": float(returns.min()), "return_max": float(returns.max())}
     try:
-        if opts.env is None and meta.get("ref_scores"):
+        if opts.env is None and opts.refs is None and meta.get("ref_scores"):
             score, source = normalized_score_from(meta["ref_scores"], float(returns.mean()))
         else:
-            score, source = normalized_score(env, float(returns.mean()), opts.refs)
+            score, source = normalized_score(env, float(returns.mean()), opts.refs or "d4rl")
         info.update(normalized_score=float(score), score_reference=source)
     except UserInputError as e:  # the size and returns are still worth printing
         info.update(normalized_score=None, score_reference=str(e))

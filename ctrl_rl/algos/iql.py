@@ -163,9 +163,9 @@ class IQL:
         self.critic = EnsembleMLP(c.num_critics, spec.obs_dim + spec.action_dim, c.critic_hidden, 1,
                                   c.activation).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr)
-        self.value_opt = torch.optim.Adam(self.value.parameters(), lr=c.value_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr, fused=True)
+        self.value_opt = torch.optim.Adam(self.value.parameters(), lr=c.value_lr, fused=True)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr, fused=True)
         self.actor_sched = torch.optim.lr_scheduler.LambdaLR(self.actor_opt, lambda t: cosine_factor(t, c.cosine_steps))
         self._tgt, self._src = list(self.critic_target.parameters()), list(self.critic.parameters())
 

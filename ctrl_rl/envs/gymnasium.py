@@ -33,8 +33,41 @@ from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
 
 
+# MuJoCo >= 3.3 warns, once per model compiled, that Gymnasium's HalfCheetah/Walker2d XML uses the deprecated
+# compiler attribute ``settotalmass``: one stderr line per env, dozens per run. That message alone is dropped;
+# every other MuJoCo warning (e.g. unstable simulation) still reaches stderr.
+_DROPPED_MUJOCO_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
+_warning_filter_installed = False
+
+
+def _filter_mujoco_warnings() -> None:
+    global _warning_filter_installed
+    if _warning_filter_installed:
+        return
+    _warning_filter_installed = True
+    try:
+        import mujoco
+    except ImportError:  # not a MuJoCo install: nothing to filter
+        return
+    if mujoco.get_mju_user_warning() is not None:  # someone else's handler: leave it alone
+        return
+    import sys
+
+    def handler(message: str) -> None:
+        if not any(m in message for m in _DROPPED_MUJOCO_WARNINGS):
+            print(f"WARNING: {message}", file=sys.stderr, flush=True)
+
+    mujoco.set_mju_user_warning(handler)
+
+
+def make(env_id: str, **make_kwargs: Any) -> gymnasium.Env:
+    """``gymnasium.make(env_id, **make_kwargs)`` without MuJoCo's ``settotalmass`` deprecation line."""
+    _filter_mujoco_warnings()
+    return gymnasium.make(env_id, **make_kwargs)
+
+
 def _make_one(env_id: str, make_kwargs: dict[str, Any]) -> gymnasium.Env:
-    env = gymnasium.make(env_id, **make_kwargs)
+    env = make(env_id, **make_kwargs)
     if not isinstance(env.observation_space, gymnasium.spaces.Box):
         env = gymnasium.wrappers.FlattenObservation(env)
     return env

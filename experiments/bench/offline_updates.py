@@ -185,9 +185,36 @@ def run_steps(r: Runner, n: int) -> tuple[float, float]:
     return time.perf_counter() - t0, sampling
 
 
+def step_flops(r: Runner) -> float:
+    """Dense FLOPs of one step of ``r`` (one sample and update, counted by torch.utils.flop_counter)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as fc:
+        r.update(r.sample())
+    return float(fc.get_total_flops())
+
+
+def matmul_peak(threads: int, repeats: int = 5, n: int = 200) -> float:
+    """GFLOP/s of the float32 matmul that dominates both libraries' CQL step, (2560 x 256) @ (256 x 256), on
+    ``threads`` threads: the median of ``repeats`` timings of ``n`` products. A step cannot run faster than its
+    FLOPs at this rate, whatever the library."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(BATCH * 10, HIDDEN[0]), torch.randn(HIDDEN[0], HIDDEN[1])
+    for _ in range(10):
+        a @ b
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            a @ b
+        rates.append(2 * a.shape[0] * a.shape[1] * b.shape[1] * n / (time.perf_counter() - t) / 1e9)
+    return statistics.median(rates)
+
+
 def measure(runners: list[Runner], steps: int, warmup: int, block: int) -> dict[str, dict[str, float]]:
     """Warm every runner up, then run them in turns of ``block`` steps; steps/s of each (with and without
     sampling) and its mean sampling time."""
+    flops = {r.name: step_flops(r) for r in runners}
     for r in runners:
         run_steps(r, warmup)
     total = {r.name: 0.0 for r in runners}
@@ -201,12 +228,14 @@ def measure(runners: list[Runner], steps: int, warmup: int, block: int) -> dict[
             sampling[r.name] += s
         done += n
     return {r.name: {"steps_per_s": steps / total[r.name], "update_steps_per_s": steps / (total[r.name] - sampling[r.name]),
-                     "sample_ms": 1e3 * sampling[r.name] / steps} for r in runners}
+                     "sample_ms": 1e3 * sampling[r.name] / steps, "gflop_per_step": flops[r.name] / 1e9,
+                     "gflop_per_s": flops[r.name] * steps / total[r.name] / 1e9} for r in runners}
 
 
 def markdown(med: dict[str, dict], runs: dict[str, list[dict]], args: argparse.Namespace, versions: dict) -> str:
     lines = ["| algo | library | threads | steps/s (median) | repeats | ratio vs d3rlpy | update-only steps/s (median) "
-             "| update-only ratio | sampling ms/step |", "|---|---|---|---|---|---|---|---|---|"]
+             "| update-only ratio | sampling ms/step | GFLOP/step | GFLOP/s | of matmul peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, m in med.items():
         variant, lib, th = key.split("/")
         base = med.get(f"{ALGOS[variant]}/d3rlpy/{th}")
@@ -214,7 +243,8 @@ def markdown(med: dict[str, dict], runs: dict[str, list[dict]], args: argparse.N
         uratio = f"{m['update_steps_per_s'] / base['update_steps_per_s']:.2f}x" if base and lib == "ctrl_rl" else "-"
         reps = ", ".join(f"{x['steps_per_s']:.1f}" for x in runs[key])
         lines.append(f"| {variant} | {lib} | {th} | {m['steps_per_s']:.1f} | {reps} | {ratio} | "
-                     f"{m['update_steps_per_s']:.1f} | {uratio} | {m['sample_ms']:.2f} |")
+                     f"{m['update_steps_per_s']:.1f} | {uratio} | {m['sample_ms']:.2f} | {m['gflop_per_step']:.2f} | "
+                     f"{m['gflop_per_s']:.1f} | {m['gflop_per_s'] / versions['matmul_peak'][th]:.0%} |")
     load = versions.get("loadavg_start"), versions.get("loadavg_end")
     lines += ["", f"`python experiments/bench/offline_updates.py --steps {args.steps} --repeats {args.repeats} "
               f"--threads {' '.join(map(str, args.threads))} --algos {' '.join(args.algos)}`; warm-up {args.warmup} "
@@ -222,7 +252,21 @@ def markdown(med: dict[str, dict], runs: dict[str, list[dict]], args: argparse.N
               f"{ACTION_DIM}), batch {BATCH}, 2x256 ReLU. torch {versions['torch']}, d3rlpy {versions['d3rlpy']}, "
               f"{versions['cpus']} CPUs, load average {load[0]} at start and {load[1]} at end.",
               "cql_wsrl (10 critics, subset 2, LayerNorm, max-target backup) is compared with d3rlpy's 2-critic CQL: "
-              "not like-for-like.", ""]
+              "not like-for-like.",
+              "Matmul peak (median GFLOP/s of a float32 (2560x256)@(256x256) product, measured in this run): "
+              + ", ".join(f"{v:.1f} on {k} thread(s)" for k, v in versions["matmul_peak"].items())
+              + ". A step takes at least its FLOPs at that rate: a CQL step that runs near the peak in both libraries "
+              "cannot be made 2x faster by the code around it, only by doing fewer FLOPs."]
+    for key, m in med.items():
+        variant, lib, th = key.split("/")
+        base = med.get(f"{ALGOS[variant]}/d3rlpy/{th}")
+        if lib == "ctrl_rl" and base and variant in ("cql", "iql"):
+            need = 2 * base["steps_per_s"] * m["gflop_per_step"]
+            lines.append(f"- {variant}, {th} thread(s): 2x d3rlpy is {2 * base['steps_per_s']:.1f} steps/s, i.e. "
+                         f"{need:.1f} GFLOP/s at ctrl_rl's {m['gflop_per_step']:.2f} GFLOP/step: "
+                         f"{need / versions['matmul_peak'][th]:.0%} of the matmul peak (now {m['gflop_per_s']:.1f}, "
+                         f"{m['gflop_per_s'] / versions['matmul_peak'][th]:.0%}).")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -247,6 +291,7 @@ def main() -> None:
     buffer, dataset = ctrl_rl_buffer(arrays), d3rlpy_dataset(arrays)
     assert len(buffer) == dataset.transition_count, (len(buffer), dataset.transition_count)
     threads_on_entry = torch.get_num_threads()
+    versions["matmul_peak"] = {str(th): round(matmul_peak(th), 1) for th in args.threads}
     runs: dict[str, list[dict]] = {}
     groups = {"cql": [v for v in args.algos if ALGOS[v] == "cql"], "iql": [v for v in args.algos if ALGOS[v] == "iql"]}
     for rep in range(args.repeats):

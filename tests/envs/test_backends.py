@@ -449,3 +449,24 @@ def test_random_actions_within_bounds():
     d = random_actions(EnvSpec("torch:Y", (3,), True, 4), 1000, torch.device("cpu"), torch.Generator().manual_seed(0))
     assert d.dtype == torch.int64 and d.shape == (1000,) and set(d.tolist()) == {0, 1, 2, 3}
     assert math.isclose(float((d == 0).float().mean()), 0.25, abs_tol=0.05)
+
+
+def test_mujoco_settotalmass_deprecation_is_dropped_and_other_warnings_kept(capfd, monkeypatch):
+    mujoco = pytest.importorskip("mujoco")
+    import ctrl_rl.envs.gymnasium as gym_backend
+
+    previous = mujoco.get_mju_user_warning()  # dm_control installs its own handler when imported
+    monkeypatch.setattr(gym_backend, "_warning_filter_installed", False)
+    mujoco.set_mju_user_warning(None)
+    try:
+        capfd.readouterr()
+        env = gym_backend.make("HalfCheetah-v5")  # its XML uses settotalmass: MuJoCo >= 3.3 warns on compiling it
+        env.close()
+        handler = mujoco.get_mju_user_warning()
+        assert handler is not None
+        handler("Nan, Inf or huge value in QACC at DOF 0. The simulation is unstable.")
+        err = capfd.readouterr().err
+    finally:
+        mujoco.set_mju_user_warning(previous)
+    assert "settotalmass" not in err
+    assert err.count("WARNING:") == 1 and "QACC" in err

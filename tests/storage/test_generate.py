@@ -106,6 +106,11 @@ def test_generate_writes_a_dataset_that_loads_by_id_and_prints_info(tmp_path, mo
     assert main(["data", "info", "hopper-random-v5"]) == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["transitions"] == 500 and info["normalized_score"] is not None
+    # an explicit --refs wins over the file's own record
+    assert main(["data", "info", "hopper-random-v5", "--refs", "d4rl"]) == 0
+    d4rl = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert d4rl["score_reference"].startswith("D4RL") and d4rl["return_mean"] == info["return_mean"]
+    assert d4rl["normalized_score"] == pytest.approx(100 * (info["return_mean"] + 20.272305) / (3234.3 + 20.272305))
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -72,8 +72,10 @@ def env_dims(env_id: str) -> tuple[int, int]:
     """Observation and action dims of a Gymnasium env id (``Hopper-v5`` -> ``(11, 3)``)."""
     import gymnasium
 
+    from ctrl_rl.envs.gymnasium import make
+
     try:
-        env = gymnasium.make(env_id)
+        env = make(env_id)
     except gymnasium.error.Error as e:
         raise UserInputError(f"env {env_id!r} cannot be made by gymnasium ({e}): expected a MuJoCo v5 id such as "
                              f"Hopper-v5") from None

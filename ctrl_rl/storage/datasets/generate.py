@@ -120,8 +120,10 @@ def make_envs(env_id: str, n: int, max_episode_steps: int | None = None) -> tupl
     The time limit is applied by the caller, so that ``terminated`` and ``truncated`` stay apart."""
     import gymnasium
 
+    from ctrl_rl.envs.gymnasium import make
+
     try:
-        envs = [gymnasium.make(env_id) for _ in range(n)]
+        envs = [make(env_id) for _ in range(n)]
     except gymnasium.error.Error as e:
         raise UserInputError(f"env {env_id!r} cannot be made by gymnasium ({e}): expected a MuJoCo v5 id such as "
                              f"Hopper-v5") from None
