@@ -251,8 +251,8 @@ def markdown(med: dict[str, dict], runs: dict[str, list[dict]], args: argparse.N
               f"steps, turns of {args.block} steps; {args.transitions} synthetic transitions (obs {OBS_DIM}, action "
               f"{ACTION_DIM}), batch {BATCH}, 2x256 ReLU. torch {versions['torch']}, d3rlpy {versions['d3rlpy']}, "
               f"{versions['cpus']} CPUs, load average {load[0]} at start and {load[1]} at end.",
-              "cql_wsrl (10 critics, subset 2, LayerNorm, max-target backup) is compared with d3rlpy's 2-critic CQL: "
-              "not like-for-like.",
+              *(["cql_wsrl (10 critics, subset 2, LayerNorm, max-target backup) is compared with d3rlpy's 2-critic CQL: "
+                 "not like-for-like."] if "cql_wsrl" in args.algos else []),
               "Matmul peak (median GFLOP/s of a float32 (2560x256)@(256x256) product, measured in this run): "
               + ", ".join(f"{v:.1f} on {k} thread(s)" for k, v in versions["matmul_peak"].items())
               + ". A step takes at least its FLOPs at that rate: a CQL step that runs near the peak in both libraries "

@@ -115,7 +115,8 @@ def grid_spec(a: argparse.Namespace) -> dict:
 
 
 def make_jobs(g: dict, runs: Path) -> list[Job]:
-    """Offline jobs (the cql runs that o2o needs first), then rlpd, then the jobs that wait for a cql run."""
+    """The cql runs that o2o needs, the other offline jobs (every iql run, then every cql run: the fast ones
+    first), then rlpd, then the jobs that wait for a cql run."""
     offline_ds = [dataset_id(f"{t}-{lvl}") for t in g["tasks"] for lvl in g["offline_levels"]]
     cql: dict[tuple[str, int], Job] = {}
     first, rest, after = [], [], []
@@ -123,8 +124,8 @@ def make_jobs(g: dict, runs: Path) -> list[Job]:
         for ds in g["o2o_datasets"]:
             cql[ds, s] = Job("cql", ds, s, g["offline_steps"], runs / ds / f"cql-s{s}")
             first.append(cql[ds, s])
-        for ds in offline_ds:
-            for m in OFFLINE:
+        for m in OFFLINE:
+            for ds in offline_ds:
                 if m == "cql" and (ds, s) in cql:  # already queued first, for an o2o dataset
                     continue
                 rest.append(Job(m, ds, s, g["offline_steps"], runs / ds / f"{m}-s{s}"))
