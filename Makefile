@@ -9,7 +9,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ctrl_rl-installed
 
-.PHONY: run test test-slow bench clean
+.PHONY: run test test-slow bench bench-offline clean
+
+# d3rlpy 2.8.1 pins gymnasium 1.0.0, which would downgrade ctrl_rl's gymnasium: it is installed without its
+# dependency pins, with the packages it imports listed here.
+D3RLPY_DEPS := gym scikit-learn structlog colorama dataclasses-json click tqdm h5py
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +37,11 @@ bench: $(STAMP)
 	$(PY) experiments/bench/massive_parallel.py
 	$(PY) experiments/bench/ppo_halfcheetah_sps.py
 	$(PY) experiments/bench/time_to_3000.py
+
+bench-offline: $(STAMP)
+	$(PY) -m pip install -q -c .ci/constraints.txt $(D3RLPY_DEPS)
+	$(PY) -m pip install -q --no-deps d3rlpy==2.8.1
+	$(PY) experiments/bench/offline_updates.py
 
 clean:
 	rm -rf $(VENV) runs

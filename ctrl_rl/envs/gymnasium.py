@@ -40,7 +40,9 @@ _DROPPED_MUJOCO_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
 _warning_filter_installed = False
 
 
-def _filter_mujoco_warnings() -> None:
+def filter_mujoco_warnings() -> None:
+    """Route MuJoCo's warnings through a handler that drops the ``settotalmass`` line (once per process; also
+    for gymnasium envs made elsewhere, e.g. by a baseline library in a benchmark)."""
     global _warning_filter_installed
     if _warning_filter_installed:
         return
@@ -62,7 +64,7 @@ def _filter_mujoco_warnings() -> None:
 
 def make(env_id: str, **make_kwargs: Any) -> gymnasium.Env:
     """``gymnasium.make(env_id, **make_kwargs)`` without MuJoCo's ``settotalmass`` deprecation line."""
-    _filter_mujoco_warnings()
+    filter_mujoco_warnings()
     return gymnasium.make(env_id, **make_kwargs)
 
 
