@@ -371,11 +371,19 @@ def dataset_info(path: str, opts: DataInfoOptions) -> dict:
     # dataset id (hopper-medium-v5) is its file in the dataset cache
     file = Path(path) if Path(path).is_file() else resolve_dataset_id(path)
     ds = load_dataset(file or path, view="trajectory" if file is not None else None)
+    # statistics over complete episodes (ending in a terminal or a time-out), as `data generate` reports them;
+    # a fragment cut off by the end of the data (or a layout without time-outs) is counted apart
     returns = ds.episode_returns()  # [K] float64
+    complete = (ds.terminated | ds.truncated)[ds.episode_offsets[1:] - 1]  # [K] bool
+    n_complete = int(complete.sum())
+    if n_complete:
+        returns = returns[complete]
     meta = ds.metadata
     env = opts.env or meta.get("env_id") or Path(path).stem
     info = {"dataset": path, "format": meta.get("format"), "env": env, "transitions": len(ds),
-            "episodes": ds.num_episodes, "terminals": int(ds.terminated.sum()), "timeouts": int(ds.truncated.sum()),
+            "episodes": n_complete, "incomplete_episodes": ds.num_episodes - n_complete,
+            "returns_over": "complete episodes" if n_complete else "incomplete episodes (no episode is complete)",
+            "terminals": int(ds.terminated.sum()), "timeouts": int(ds.truncated.sum()),
             "obs_dim": ds.obs_dim, "action_dim": ds.action_dim,
             "return_mean": float(returns.mean()), "return_std": float(returns.std(unbiased=False)),
             "return_min": float(returns.min()), "return_max": float(returns.max())}

@@ -111,18 +111,20 @@ def test_data_info_reports_episodes_returns_and_normalized_score(tmp_path):
     import h5py
     import numpy as np
 
-    # two hopper episodes in the D4RL layout: 3 steps ending in a terminal, 2 steps ending in a timeout
+    # two hopper episodes in the D4RL layout (3 steps ending in a terminal, 2 ending in a timeout), then a
+    # 2-step fragment cut off by the end of the file: counted apart, left out of the return statistics
     path = tmp_path / "hopper-medium-v2.hdf5"
     with h5py.File(path, "w") as f:
-        f["observations"] = np.arange(5 * 11, dtype=np.float32).reshape(5, 11)
-        f["actions"] = np.zeros((5, 3), dtype=np.float32)
-        f["rewards"] = np.array([1, 2, 3, 10, 20], dtype=np.float32)
-        f["terminals"] = np.array([0, 0, 1, 0, 0], dtype=bool)
-        f["timeouts"] = np.array([0, 0, 0, 0, 1], dtype=bool)
+        f["observations"] = np.arange(7 * 11, dtype=np.float32).reshape(7, 11)
+        f["actions"] = np.zeros((7, 3), dtype=np.float32)
+        f["rewards"] = np.array([1, 2, 3, 10, 20, 100, 200], dtype=np.float32)
+        f["terminals"] = np.array([0, 0, 1, 0, 0, 0, 0], dtype=bool)
+        f["timeouts"] = np.array([0, 0, 0, 0, 1, 0, 0], dtype=bool)
     r = cli("data", "info", path)
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert (info["episodes"], info["transitions"], info["terminals"], info["timeouts"]) == (2, 5, 1, 1)
+    assert (info["episodes"], info["incomplete_episodes"], info["transitions"], info["terminals"], info["timeouts"]) \
+        == (2, 1, 7, 1, 1)
     assert info["return_mean"] == 18.0 and info["return_min"] == 6.0 and info["return_max"] == 30.0
     # D4RL hopper references: random -20.272305, expert 3234.3
     assert abs(info["normalized_score"] - 100 * (18.0 + 20.272305) / (3234.3 + 20.272305)) < 1e-6
