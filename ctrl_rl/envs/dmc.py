@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
-from ctrl_rl.envs.protocol import EnvSpec, StepOut
+from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 
 _PATCHED = False
 
@@ -157,7 +157,7 @@ class DMCEnv:
         """One step of every env (a loop over envs), resetting the envs that ended in the same step."""
         if not self._started:
             raise RuntimeError(f"{self.spec.env_id}: call reset() before the first step().")
-        act = self._action_to_numpy(action)  # [N,A] float64
+        act = action_to_numpy(action, self.spec, self._action_shape, np.float64)  # [N,A]
         n, o = self.num_envs, self.spec.obs_dim
         obs = np.empty((n, o), dtype=np.float32)  # [N,O]
         final_obs = np.empty((n, o), dtype=np.float32)  # [N,O]
@@ -211,15 +211,6 @@ class DMCEnv:
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(self.device)
-
-    def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
-        action = torch.as_tensor(action)
-        if tuple(action.shape) != self._action_shape:
-            raise ValueError(
-                f"{self.spec.env_id} expects float actions of shape {self._action_shape} "
-                f"(num_envs={self.num_envs}), got shape {tuple(action.shape)}."
-            )
-        return action.detach().cpu().numpy().astype(np.float64)
 
     def __repr__(self) -> str:
         return f"DMCEnv({self._name!r}, num_envs={self.num_envs}, device={str(self.device)!r})"

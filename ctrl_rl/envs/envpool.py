@@ -39,7 +39,7 @@ from xml.etree import ElementTree
 import numpy as np
 import torch
 
-from ctrl_rl.envs.protocol import EnvSpec, StepOut
+from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
 
@@ -192,7 +192,7 @@ class EnvpoolEnv:
         Lets a collector compute the actions of another group of envs while these simulate.
         """
         self._fresh = False
-        act = self._action_to_numpy(action)  # [N,A] or [N]
+        act = action_to_numpy(action, self.spec, self._action_shape, self._action_dtype)  # [N,A] or [N]
         self._pending_action = act  # keep the buffer alive until envpool has read it
         self._env.send(act)
 
@@ -249,18 +249,6 @@ class EnvpoolEnv:
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(self.device)
-
-    def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
-        action = torch.as_tensor(action)
-        if tuple(action.shape) != self._action_shape:
-            kind = "int64 action indices" if self.spec.discrete else "float actions"
-            raise ValueError(
-                f"{self.spec.env_id} expects {kind} of shape {self._action_shape} "
-                f"(num_envs={self.num_envs}), got shape {tuple(action.shape)}."
-            )
-        if self.spec.discrete and (action.is_floating_point() or action.is_complex()):
-            raise ValueError(f"{self.spec.env_id} has discrete actions; expected an integer tensor, got {action.dtype}.")
-        return action.detach().cpu().numpy().astype(self._action_dtype, copy=False)
 
     def __repr__(self) -> str:
         return f"EnvpoolEnv({self._task!r}, num_envs={self.num_envs}, device={str(self.device)!r})"

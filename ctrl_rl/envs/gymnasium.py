@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
-from ctrl_rl.envs.protocol import EnvSpec, StepOut
+from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 
 
 # MuJoCo >= 3.3 warns, once per model compiled, that Gymnasium's HalfCheetah/Walker2d XML uses the deprecated
@@ -164,7 +164,8 @@ class GymnasiumEnv:
 
     def step(self, action: torch.Tensor) -> StepOut:
         """One step of every env; gymnasium resets the envs that ended within the same step."""
-        act = self._action_to_numpy(action)
+        act = action_to_numpy(action, self.spec, self._action_shape, self._action_dtype)
+        act = act.reshape((self.num_envs, *self._act_space_shape))
         obs, reward, terminated, truncated, info = self._vec.step(act)
         obs = np.array(obs, dtype=np.float32)  # [N,O], owned copy
         terminated = np.asarray(terminated, dtype=bool)  # [N]
@@ -205,19 +206,6 @@ class GymnasiumEnv:
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(self.device)
-
-    def _action_to_numpy(self, action: torch.Tensor) -> np.ndarray:
-        action = torch.as_tensor(action)
-        if tuple(action.shape) != self._action_shape:
-            kind = "int64 action indices" if self.spec.discrete else "float actions"
-            raise ValueError(
-                f"{self.spec.env_id} expects {kind} of shape {self._action_shape} "
-                f"(num_envs={self.num_envs}), got shape {tuple(action.shape)}."
-            )
-        if self.spec.discrete and (action.is_floating_point() or action.is_complex()):
-            raise ValueError(f"{self.spec.env_id} has discrete actions; expected an integer tensor, got {action.dtype}.")
-        act = action.detach().cpu().numpy().astype(self._action_dtype, copy=False)
-        return act.reshape((self.num_envs, *self._act_space_shape))
 
     def __repr__(self) -> str:
         return f"GymnasiumEnv({self._env_id!r}, num_envs={self.num_envs}, device={str(self.device)!r})"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 
@@ -83,3 +84,16 @@ class BatchedEnv(Protocol):
     def step(self, action: torch.Tensor) -> StepOut: ...
 
     def close(self) -> None: ...
+
+
+def action_to_numpy(action: torch.Tensor, spec: EnvSpec, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """``action`` as a NumPy array of ``dtype`` for a NumPy simulator, after checking it against the contract:
+    shape ``shape`` (``[N,A]``, or ``[N]`` for discrete actions) and, for discrete envs, an integer dtype."""
+    action = torch.as_tensor(action)
+    if tuple(action.shape) != shape:
+        kind = "int64 action indices" if spec.discrete else "float actions"
+        raise ValueError(f"{spec.env_id} expects {kind} of shape {shape} (num_envs={shape[0]}), "
+                         f"got shape {tuple(action.shape)}.")
+    if spec.discrete and (action.is_floating_point() or action.is_complex()):
+        raise ValueError(f"{spec.env_id} has discrete actions; expected an integer tensor, got {action.dtype}.")
+    return action.detach().cpu().numpy().astype(dtype, copy=False)

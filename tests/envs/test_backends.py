@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ctrl_rl.envs.check import check_env, random_actions
-from ctrl_rl.envs.protocol import EnvSpec, StepOut
+from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.registry import list_envs, make_env
 from ctrl_rl.errors import UserInputError
 
@@ -423,7 +423,8 @@ def test_check_env_catches_envpool_next_step_passthrough():
 
     class NextStep(EnvpoolEnv):
         def step(self, action):
-            obs, reward, terminated, truncated, info = self._env.step(self._action_to_numpy(action))
+            obs, reward, terminated, truncated, info = self._env.step(
+                action_to_numpy(action, self.spec, self._action_shape, self._action_dtype))
             obs = self._flat(obs)
             return StepOut(
                 obs=self._tensor(obs),
