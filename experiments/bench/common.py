@@ -20,13 +20,6 @@ def write_result(name: str, payload: dict, markdown: str | None = None) -> Path:
     return dest
 
 
-def quiet_mujoco_warnings() -> None:
-    """Drop MuJoCo's ``settotalmass`` deprecation line (one per env a baseline builds) from the output."""
-    from ctrl_rl.envs.gymnasium import filter_mujoco_warnings
-
-    filter_mujoco_warnings()
-
-
 def run_preset(preset: str, seed: int, total_steps: int, algo: str = "ppo", extra: tuple[str, ...] = ()
                ) -> tuple[list[dict], float]:
     """Train `ctrl-rl train <algo> --preset <preset> [extra flags]` in a fresh process; returns

@@ -23,7 +23,8 @@ import os
 import statistics
 import time
 
-from common import ROOT, quiet_mujoco_warnings, run_preset, write_result
+from ctrl_rl.envs.gymnasium import filter_mujoco_warnings  # also for the baselines' envs
+from common import ROOT, run_preset, write_result
 PRESET = json.loads((ROOT / "experiments/presets/halfcheetah.json").read_text())
 
 
@@ -69,7 +70,7 @@ def sb3_run(steps: int, seed: int, same: bool) -> float:
 
 
 def main() -> None:
-    quiet_mujoco_warnings()
+    filter_mujoco_warnings()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=400_000, help="env steps per ctrl_rl / raw run")
     ap.add_argument("--sb3-steps", type=int, default=40_960, help="env steps per SB3 run (SB3 is slow)")

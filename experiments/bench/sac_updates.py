@@ -20,7 +20,8 @@ import os
 import statistics
 import time
 
-from common import quiet_mujoco_warnings, run_preset, write_result
+from ctrl_rl.envs.gymnasium import filter_mujoco_warnings  # also for the baselines' envs
+from common import run_preset, write_result
 
 
 def ctrl_rl_run(warmup: int, updates: int, seed: int, threads: int, extra: tuple[str, ...]) -> float:
@@ -60,7 +61,7 @@ def sb3_run(warmup: int, updates: int, seed: int, threads: int) -> float:
 
 
 def main() -> None:
-    quiet_mujoco_warnings()
+    filter_mujoco_warnings()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--updates", type=int, default=3000)

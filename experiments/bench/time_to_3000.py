@@ -21,7 +21,8 @@ import json
 import statistics
 import time
 
-from common import quiet_mujoco_warnings, run_preset, write_result
+from ctrl_rl.envs.gymnasium import filter_mujoco_warnings  # also for the baselines' envs
+from common import run_preset, write_result
 TARGET = 3000.0
 
 
@@ -97,7 +98,7 @@ def summarize(ours: list[dict], theirs: list[dict], sb3_budget_s: float) -> dict
 
 
 def main() -> None:
-    quiet_mujoco_warnings()
+    filter_mujoco_warnings()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--budget-steps", type=int, default=2_000_000, help="ctrl_rl env-step budget per seed")
