@@ -1,13 +1,13 @@
 """The `ctrl-rl` command line: train, eval, data, plot, list.
 
-    ctrl-rl train ppo|sac|sac_flow|cql|calql|iql|wsrl|rlpd|sac_flow_o2o --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR]
-                      [--preset NAME] [--device cpu|cuda] [--resume DIR] [every hyperparameter of the algorithm]
+    ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
+                       [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
     ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
     ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5 --level random|medium|expert|medium-expert|medium-replay|all
                           [--steps N] [--seed K] [--num-envs N] [--workers W] [--out PATH] [--force] [--from-run DIR]
     ctrl-rl plot RUN_DIR [--out PNG]
-    ctrl-rl list envs|algos|presets
+    ctrl-rl list envs|algos|presets                 (algos: every registered algorithm, its regime and summary)
 
 Flags of `train` come from the typed config dataclasses through tyro. Bad input (unknown env, algo,
 preset or flag, invalid values, missing or broken run directories and checkpoints) prints one sentence
@@ -35,39 +35,34 @@ from ctrl_rl.errors import UserInputError
 USAGE = __doc__.split("\n\n")[1]
 C = TypeVar("C")
 
-ALGOS = {"ppo": "Proximal Policy Optimization for many parallel envs (Gaussian or categorical head)",
-         "sac": "Soft Actor-Critic: batched critic ensemble (REDQ subset), UTD ratio, CrossQ option",
-         "sac_flow": "SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC",
-         "cql": "Conservative Q-Learning, offline (--dataset), WSRL's pre-training settings; loads into SAC",
-         "calql": "Cal-QL: CQL with the Monte-Carlo return as a lower bound, offline (--dataset)",
-         "iql": "Implicit Q-Learning, offline (--dataset): expectile value, advantage-weighted actor",
-         "wsrl": "WSRL: online SAC fine-tuning of a cql/calql run (--init), warm-up with the frozen policy, no offline data",
-         "rlpd": "RLPD baseline: online SAC from scratch with 50/50 offline (--dataset) and online batches",
-         "sac_flow_o2o": "SAC Flow offline-to-online: flow-matching pre-training on --dataset, then online SAC Flow"}
-OFF_POLICY = {"sac", "sac_flow", "wsrl", "rlpd", "sac_flow_o2o"}
-OFFLINE = {"cql", "calql", "iql"}
+L = TypeVar("L")
 
 
 @dataclass(frozen=True)
-class TrainArgs(Generic[C]):
-    """RunConfig and the algorithm's config, both flattened into one flag namespace."""
+class TrainArgs(Generic[L, C]):
+    """RunConfig, the loop's config and the algorithm's config, flattened into one flag namespace."""
 
     run: Annotated[RunConfig, tyro.conf.OmitArgPrefixes]
+    loop: Annotated[L, tyro.conf.OmitArgPrefixes]
     algo: Annotated[C, tyro.conf.OmitArgPrefixes]
 
 
-RESUME_OVERRIDES = {"total_steps", "progress", "threads", "collect_threads", "log_every", "checkpoint_every", "resume",
-                    "save_replay", "keep_every"}
+# flags that may change when resuming (run fields, then loop fields)
+RESUME_RUN = ("total_steps", "progress", "threads", "log_every", "checkpoint_every", "resume")
+RESUME_LOOP = ("collect_threads", "save_replay", "keep_every")
+RESUME_OVERRIDES = set(RESUME_RUN) | set(RESUME_LOOP)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from ctrl_rl.learn.onpolicy import TrainingDiverged
+    from ctrl_rl.learn.runtime import TrainingDiverged
 
     try:
         return _dispatch(argv)
     except UserInputError as e:
-        print(f"ctrl-rl: error: {e}", file=sys.stderr)
+        # one sentence on one line, whatever the width of the terminal or the pipe it goes to
+        sentence = re.sub(r"\s*[\r\n]+\s*", " ", str(e).strip())
+        print(f"ctrl-rl: error: {sentence}", file=sys.stderr, flush=True)
         return 2
     except TrainingDiverged as e:
         print(f"ctrl-rl: {e}", file=sys.stderr)
@@ -116,22 +111,56 @@ def _check_flags(args: list[str], valid: set[str], command: str) -> None:
 
 
 def _tyro_parse(cls, args: list[str], default, prog: str):
-    """Run tyro, turning its boxed error into one sentence (UserInputError) and passing --help through."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return tyro.cli(cls, args=args, default=default, prog=prog)
-    except SystemExit as e:
-        if e.code in (0, None):
-            sys.stdout.write(out.getvalue())
-            raise
-        text = err.getvalue() + out.getvalue()
-        lines = [re.sub(r"^[\s│╭╰├|+]+|[\s│╮╯┤|+]+$", "", ln) for ln in text.splitlines()]
-        lines = [ln for ln in lines if ln and not set(ln) <= set("─━-=+ ")]
-        # tyro prints a titled box: the title ("Value error"), then the message, then help text
-        first = lines[1] if len(lines) > 1 else (lines[0] if lines else "invalid arguments")
-        first = re.sub(r"^Error parsing (run|algo): ", "", first)
-        raise UserInputError(f"{first.rstrip('.')}: see `{prog} --help` for the expected flags and types") from None
+    """Run tyro, turning its boxed error into one sentence (UserInputError) and passing --help through.
+
+    tyro draws its error in a box as wide as the terminal (80 columns when piped) and wraps the message
+    inside it, even in the middle of a value. On an error, the parse is therefore run again with a very
+    wide ``COLUMNS`` (which tyro's formatter reads through shutil.get_terminal_size), so the message is
+    one line of the box and becomes the sentence whole; --help keeps the real width."""
+    import os
+
+    def parse(columns: str | None):
+        out, err = io.StringIO(), io.StringIO()
+        saved = os.environ.get("COLUMNS")
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                return tyro.cli(cls, args=args, default=default, prog=prog), None, ""
+        except SystemExit as e:
+            return None, e, err.getvalue() + out.getvalue()
+        finally:
+            if columns is not None:
+                if saved is None:
+                    os.environ.pop("COLUMNS", None)
+                else:
+                    os.environ["COLUMNS"] = saved
+
+    value, exit_, text = parse(None)
+    if exit_ is None:
+        return value
+    if exit_.code in (0, None):  # --help: tyro's text as the user's terminal shows it
+        sys.stdout.write(text)
+        raise exit_
+    _, again, wide = parse("100000")
+    if again is not None and wide.strip():
+        text = wide
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    # box lines stripped of their frame; rules (hr) become empty lines that separate the box's parts:
+    # the title ("Value error"), the message, then argument help and the --help hint
+    # (with stdout captured, tyro draws no frame and its rules are ASCII dashes)
+    lines = [ln.strip(" \t│╭╮╰╯├┤─━") for ln in text.splitlines()]
+    lines = ["" if set(ln) <= set("-=+ ") else ln for ln in lines]
+    parts: list[list[str]] = [[]]
+    for ln in lines:
+        if ln:
+            parts[-1].append(ln)
+        elif parts[-1]:
+            parts.append([])
+    parts = [p for p in parts if p]
+    message = " ".join(parts[1] if len(parts) > 1 else (parts[0] if parts else ["invalid arguments"]))
+    message = re.sub(r"^Error parsing (run|algo): ", "", message)
+    raise UserInputError(f"{message.rstrip('.')}: see `{prog} --help` for the expected flags and types") from None
 
 
 def _pop_value(args: list[str], flag: str) -> str | None:
@@ -154,21 +183,18 @@ def _given(args: list[str]) -> set[str]:
 
 # -- train ----------------------------------------------------------------------------------------------
 def cmd_train(args: list[str]) -> int:
-    from ctrl_rl.config import ALGO_CONFIGS, ALGO_RUN_DEFAULTS, from_dict, load_config, load_preset
+    from ctrl_rl.algos import registry
+    from ctrl_rl.config import build_run, from_dict, load_config, load_preset, loop_config_class
 
     if not args or args[0] in ("-h", "--help"):
-        print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {sorted(ALGO_CONFIGS)}; `ctrl-rl train ppo --help` lists the flags)")
+        print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {registry.names()}; `ctrl-rl train ppo --help` "
+              "lists the flags; `ctrl-rl list algos` says what each is)")
         return 0 if args else 2
     algo, rest = args[0], args[1:]
-    if algo not in ALGO_CONFIGS:
-        import difflib
-
-        close = difflib.get_close_matches(algo, ALGO_CONFIGS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserInputError(f"unknown algorithm {algo!r}{hint}: expected one of {sorted(ALGO_CONFIGS)}")
-    cfg_cls = ALGO_CONFIGS[algo]
+    entry = registry.get(algo)
+    cfg_cls, loop_cls = entry.config, loop_config_class(entry.regime)
     prog = f"ctrl-rl train {algo}"
-    _check_flags(rest, _flag_names(RunConfig, cfg_cls), prog)
+    _check_flags(rest, _flag_names(RunConfig, loop_cls, cfg_cls), prog)
 
     resume_dir = _pop_value(rest, "--resume")
     if resume_dir is not None:
@@ -180,43 +206,52 @@ def cmd_train(args: list[str]) -> int:
             raise UserInputError(f"resume directory {resume_dir!r} holds a {saved_algo!r} run: expected a {algo!r} run")
         from ctrl_rl.learn.checkpoint import load_checkpoint
 
-        load_checkpoint(run_dir / "checkpoints" / "latest.pt", expect_algo=algo)  # validate before anything else
+        ck_path = run_dir / "checkpoints" / "latest.pt"
+        if not ck_path.is_file() and (run_dir / "pretrain" / "checkpoints" / "latest.pt").is_file():
+            ck_path = run_dir / "pretrain" / "checkpoints" / "latest.pt"  # stopped inside the offline phase
+        ck = load_checkpoint(ck_path, expect_algo=algo)  # validate before anything else
         extra = _given(rest) - RESUME_OVERRIDES
         if extra:
             raise UserInputError(f"--{sorted(extra)[0].replace('_', '-')} cannot change when resuming: expected only "
                                  f"{', '.join('--' + o.replace('_', '-') for o in sorted(RESUME_OVERRIDES))}")
-        parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run0, cfg0), prog)
-        run = dataclasses.replace(run0, total_steps=parsed.run.total_steps, progress=parsed.run.progress,
-                                  threads=parsed.run.threads, collect_threads=parsed.run.collect_threads, log_every=parsed.run.log_every,
-                                  checkpoint_every=parsed.run.checkpoint_every, save_replay=parsed.run.save_replay,
-                                  resume=str(run_dir))
+        parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run0, run0.loop, cfg0), prog)
+        done = int(ck.get("counters", {}).get("step", 0)) if ck_path.parent.parent == run_dir else 0
+        if parsed.run.total_steps < done:
+            raise UserInputError(f"--total-steps {parsed.run.total_steps} is below the {done} steps {resume_dir!r} has "
+                                 f"already done: expected --total-steps >= {done}")
+        loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in RESUME_LOOP if hasattr(run0.loop, k)})
+        run = dataclasses.replace(run0, **{k: getattr(parsed.run, k) for k in RESUME_RUN if k != "resume"},
+                                  resume=str(run_dir), loop=loop)
         return _run_training(algo, run, cfg0, run_dir, resume=True)
 
     preset_name = _pop_value(rest, "--preset")
-    run_defaults: dict = dict(ALGO_RUN_DEFAULTS.get(algo, {}))
-    cfg_defaults: dict = {}
+    run_defaults: dict = dict(entry.run_defaults)
+    loop_defaults: dict = dict(entry.loop_defaults)
+    cfg_defaults: dict = dict(entry.config_defaults)
     if preset_name is not None:
         preset = load_preset(preset_name)
         if preset.algo != algo:
             raise UserInputError(f"preset {preset_name!r} is for {preset.algo!r}: expected a preset for {algo!r}")
-        run_defaults, cfg_defaults = {**run_defaults, **preset.run}, dict(preset.config)
+        run_defaults.update(preset.run)
+        loop_defaults.update(preset.loop)
+        cfg_defaults.update(preset.config)
         run_defaults["preset"] = preset_name
     elif not rest or all(not t.startswith("--env") for t in rest):
         from ctrl_rl.config import DEFAULT_PRESET
 
         if algo == DEFAULT_PRESET.algo:  # no env and no preset given: the embedded default
-            run_defaults, cfg_defaults = dict(DEFAULT_PRESET.run), dict(DEFAULT_PRESET.config)
+            run_defaults.update(DEFAULT_PRESET.run)
+            loop_defaults.update(DEFAULT_PRESET.loop)
+            cfg_defaults.update(DEFAULT_PRESET.config)
             run_defaults["preset"] = DEFAULT_PRESET.name
-    run_d = from_dict(RunConfig, run_defaults, "preset run")
+    run_d = build_run(entry, run_defaults, loop_defaults, "preset run")
     cfg_d = from_dict(cfg_cls, cfg_defaults, f"preset {algo} config")
-    parsed = _tyro_parse(TrainArgs[cfg_cls], rest, TrainArgs(run_d, cfg_d), prog)
-    run, cfg = parsed.run, parsed.algo
-    if run.scale_envs > 1 and algo != "ppo":
-        raise UserInputError(f"--scale-envs applies to ppo only: expected no --scale-envs for {algo!r}")
+    parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run_d, run_d.loop, cfg_d), prog)
+    run, cfg = dataclasses.replace(parsed.run, loop=parsed.loop), parsed.algo
+    if run.scale_envs > 1 and entry.scale_envs is None:
+        raise UserInputError(f"--scale-envs applies to algorithms with a co-scaling rule (ppo): expected no --scale-envs for {algo!r}")
     if run.scale_envs > 1:
-        from ctrl_rl.algos.ppo import scale_envs
-
-        n, cfg = scale_envs(run.num_envs, cfg, run.scale_envs)
+        n, cfg = entry.scale_envs(run.num_envs, cfg, run.scale_envs)
         run = dataclasses.replace(run, num_envs=n, scale_envs=1)
     if run.run_dir is not None:
         run_dir = Path(run.run_dir)
@@ -230,12 +265,9 @@ def cmd_train(args: list[str]) -> int:
 
 def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
     from ctrl_rl.learn import distributed as D
-    from ctrl_rl.learn.onpolicy import train_onpolicy
+    from ctrl_rl.learn.train import train
 
     dist_info = D.init_from_env(run.device)
-    if dist_info.enabled and algo in OFF_POLICY | OFFLINE:
-        D.shutdown()
-        raise UserInputError(f"{algo!r} runs in one process: expected `ctrl-rl train {algo}` without torchrun")
     try:
         if dist_info.enabled:
             import torch.distributed as dist
@@ -243,16 +275,7 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
             obj = [str(run_dir)]
             dist.broadcast_object_list(obj, src=0)
             run_dir = Path(obj[0])
-        if algo in OFF_POLICY:
-            from ctrl_rl.learn.offpolicy import train_offpolicy
-
-            res = train_offpolicy(run, algo, cfg, run_dir, resume=resume)
-        elif algo in OFFLINE:
-            from ctrl_rl.learn.offline import train_offline
-
-            res = train_offline(run, algo, cfg, run_dir, resume=resume)
-        else:
-            res = train_onpolicy(run, cfg, run_dir, resume=resume, dist_info=dist_info)
+        res = train(run, algo, cfg, run_dir, resume=resume, dist_info=dist_info)
         if dist_info.is_main:
             png = None
             try:
@@ -344,9 +367,10 @@ def cmd_data(args: list[str]) -> int:
 
 
 def cmd_data_generate(args: list[str]) -> int:
-    """D4RL-protocol datasets (ctrl_rl.storage.datasets.generate): every input is checked before anything is
-    written; one JSON line per dataset (path, transitions, episodes, return mean, normalized score, seconds)."""
-    from ctrl_rl.storage.datasets.generate import plan, run_jobs
+    """D4RL-protocol datasets (ctrl_rl.datagen.generate): every input, and every output path, is checked before
+    anything is generated or written; one JSON line per dataset (path, transitions, episodes, return mean,
+    normalized score, seconds)."""
+    from ctrl_rl.datagen.generate import plan, run_jobs
 
     prog = "ctrl-rl data generate"
     _check_flags(args, _flag_names(DataGenerateOptions), prog)
@@ -362,9 +386,12 @@ def cmd_data_generate(args: list[str]) -> int:
 
 
 def dataset_info(path: str, opts: DataInfoOptions) -> dict:
-    """Size, episodes, return statistics and the normalized score of a dataset's own episodes."""
-    from ctrl_rl.storage.datasets import load_dataset
-    from ctrl_rl.storage.datasets.generate import resolve_dataset_id
+    """Size, episodes, return statistics and the normalized score of a dataset's own episodes. A dataset whose
+    observation or action size is not that of ``--env`` (or of the env its record names, when that env can be
+    made here) is refused."""
+    from ctrl_rl.storage.datasets import check_env_fits, load_dataset
+    from ctrl_rl.storage.datasets.cache import resolve_dataset_id
+    from ctrl_rl.storage.datasets.loader import env_spec
     from ctrl_rl.storage.datasets.scores import normalized_score, normalized_score_from
 
     # whole episodes: the trajectory view of a file (Minari datasets have only that view); a generated
@@ -379,6 +406,15 @@ def dataset_info(path: str, opts: DataInfoOptions) -> dict:
     if n_complete:
         returns = returns[complete]
     meta = ds.metadata
+    if opts.env is not None:
+        check_env_fits(ds, opts.env)
+    elif meta.get("env_id"):
+        try:
+            spec = env_spec(meta["env_id"])
+        except UserInputError:  # the recorded env cannot be made here (not installed): nothing to check against
+            spec = None
+        if spec is not None:
+            check_env_fits(ds, meta["env_id"], spec)
     env = opts.env or meta.get("env_id") or Path(path).stem
     info = {"dataset": path, "format": meta.get("format"), "env": env, "transitions": len(ds),
             "episodes": n_complete, "incomplete_episodes": ds.num_episodes - n_complete,
@@ -406,9 +442,31 @@ def cmd_plot(args: list[str]) -> int:
         print("usage: ctrl-rl plot RUN_DIR [--out PNG]")
         return 0 if args else 2
     run_dir, rest = args[0], args[1:]
+    if run_dir.startswith("--out"):
+        raise UserInputError(f"`ctrl-rl plot` got {run_dir!r} where the run directory goes: expected "
+                             "`ctrl-rl plot RUN_DIR [--out FILE.png]`, the run directory first")
     _check_flags(rest, {"--out", "-h", "--help"}, "ctrl-rl plot")
-    out = _pop_value(rest, "--out")
-    print(plot_run(Path(run_dir), Path(out) if out else None))
+    if "-h" in rest or "--help" in rest:
+        print("usage: ctrl-rl plot RUN_DIR [--out PNG]   (or .pdf, .svg, ...: any format matplotlib writes)")
+        return 0
+    out = None
+    i = 0
+    while i < len(rest):  # only --out OUT / --out=OUT, once
+        tok = rest[i]
+        if tok.startswith("--out="):
+            value, i = tok.split("=", 1)[1], i + 1
+        elif tok == "--out" and i + 1 < len(rest):
+            value, i = rest[i + 1], i + 2
+        elif tok == "--out":
+            raise UserInputError("--out needs a value: expected `ctrl-rl plot RUN_DIR --out FILE.png`")
+        else:
+            raise UserInputError(f"unexpected argument {tok!r} for `ctrl-rl plot`: expected `ctrl-rl plot RUN_DIR [--out FILE.png]`")
+        if out is not None:
+            raise UserInputError("--out is given twice: expected one output file for `ctrl-rl plot`")
+        if not value:
+            raise UserInputError("--out is empty: expected a file path such as learning_curve.png")
+        out = value
+    print(plot_run(Path(run_dir), Path(out) if out is not None else None))
     return 0
 
 
@@ -423,8 +481,12 @@ def cmd_list(args: list[str]) -> int:
         for e in list_envs():
             print(e)
     elif what == "algos":
-        for name, desc in ALGOS.items():
-            print(f"{name:10s} {desc}")
+        from ctrl_rl.algos import registry
+
+        entries = registry.entries()
+        width = max(len(e.name) for e in entries)
+        for e in entries:
+            print(f"{e.name:{width}s}  {e.regime:17s}  {e.summary}")
     else:
         from ctrl_rl.config import list_presets
 

@@ -1,41 +1,138 @@
 """Run configuration: typed, frozen dataclasses; presets; save/load of the resolved config.
 
-A run is described by ``RunConfig`` (env, budget, seed, device, logging) holding the algorithm's own
-frozen config in ``algo``. Presets are JSON files (``experiments/presets/<name>.json``) of the form
-``{"algo": "ppo", "run": {...RunConfig fields...}, "config": {...algorithm fields...}}``; the embedded
-``default`` preset is defined here so that ``ctrl-rl train`` works without the repository checkout.
+A run is described by ``RunConfig`` (env, budget, seed, device, logging, dataset, evaluation) holding the
+settings of its loop in ``RunConfig.loop`` (one loop config class per regime: ``OnPolicyLoopConfig``,
+``OffPolicyLoopConfig``, ``OfflineLoopConfig``), next to the algorithm's own frozen config (``AlgoEntry.config``).
+Presets are JSON files (``experiments/presets/<name>.json``) of the form
+``{"algo": "sac", "run": {...RunConfig fields...}, "loop": {...loop fields...}, "config": {...algorithm fields...}}``;
+the embedded ``default`` preset is defined here so that ``ctrl-rl train`` works without the repository checkout.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from ctrl_rl.algos.ppo import PPOConfig
-from ctrl_rl.algos.sac import SACConfig
-from ctrl_rl.algos.cql import CalQLConfig, CQLConfig
-from ctrl_rl.algos.iql import IQLConfig
-from ctrl_rl.algos.sac_flow import SACFlowConfig, SACFlowO2OConfig
-from ctrl_rl.algos.wsrl import RLPDConfig, WSRLConfig
+import tyro
+
 from ctrl_rl.errors import UserInputError
+
+
+def _positive_int(flag: str, v: Any) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise UserInputError(f"invalid --{flag.replace('_', '-')} {v!r}: expected a positive integer")
+
+
+def _finite_fraction(flag: str, v: Any) -> None:
+    if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise UserInputError(f"invalid --{flag.replace('_', '-')} {v!r}: expected a fraction in [0, 1]")
+
+
+@dataclass(frozen=True)
+class OnPolicyLoopConfig:
+    """Settings of the on-policy loop (``ctrl_rl.learn.onpolicy``)."""
+
+    pipeline: bool = False
+    """envpool only: split the envs into two groups and compute one group's actions while the other
+    simulates (exactly on-policy). Off by default: on 2 cores it measured no faster, since the
+    simulator threads already fill both cores; it may pay off with more cores."""
+    collect_threads: int = 0
+    """torch threads while collecting a rollout (0: auto, 1 for envpool on CPU so its worker threads get
+    the cores, else the same as for the update)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.collect_threads, int) or self.collect_threads < 0:
+            raise UserInputError(f"invalid --collect-threads {self.collect_threads!r}: expected 0 (auto) or a positive integer")
+
+
+@dataclass(frozen=True)
+class OffPolicyLoopConfig:
+    """Settings of the off-policy loop (``ctrl_rl.learn.offpolicy``), which also runs offline-to-online
+    fine-tuning: replay, warm-up, update-to-data ratio, offline data mixed into batches, a pre-trained start."""
+
+    batch_size: int = 256
+    """Transitions per update (per batch update with critic minibatches)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 5_000
+    """Env steps before the first update (warm-up; no update is made before)."""
+    warmup_actions: Literal["random", "policy"] = "random"
+    """Who acts during the warm-up: uniform random actions, or the (frozen) policy sampling (WSRL)."""
+    utd_ratio: float = 1.0
+    """Updates per env step (summed over envs; fractions carry over)."""
+    offline_ratio: float = 0.0
+    """Fraction of every batch drawn from --dataset (RLPD 0.5; 0 without offline data)."""
+    offline_steps: int = 0
+    """Algorithms with an offline pre-training phase (sac_flow_o2o): gradient steps on --dataset before going
+    online, run as an offline run in RUN_DIR/pretrain that the online run starts from."""
+    init: str | None = None
+    """Pre-trained run directory or checkpoint to start from (WSRL: a cql, calql or sac run)."""
+    clip_actions: float | None = None
+    """Clip actions to +-this before they are stored, and offline actions when loaded (None: no clip; WSRL
+    ``--clip_action`` 0.99999, inside tanh's open range)."""
+    save_replay: bool = False
+    """Put the replay buffer into checkpoints, so a resumed run continues with the same data."""
+    keep_every: int = 0
+    """Also keep a snapshot (checkpoint without the replay buffer) every this many iterations as
+    checkpoints/step_<N>.pt, e.g. to pick behaviour policies for datasets (0: keep only latest.pt)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "buffer_size"):
+            _positive_int(name, getattr(self, name))
+        if not isinstance(self.learning_starts, int) or self.learning_starts < 0:
+            raise UserInputError(f"invalid --learning-starts {self.learning_starts!r}: expected a non-negative number of env steps")
+        if not isinstance(self.utd_ratio, (int, float)) or not math.isfinite(self.utd_ratio) or self.utd_ratio <= 0:
+            raise UserInputError(f"invalid --utd-ratio {self.utd_ratio!r}: expected a positive number of updates per env step")
+        _finite_fraction("offline_ratio", self.offline_ratio)
+        if self.warmup_actions not in ("random", "policy"):
+            raise UserInputError(f"invalid --warmup-actions {self.warmup_actions!r}: expected 'random' or 'policy'")
+        if not isinstance(self.offline_steps, int) or self.offline_steps < 0:
+            raise UserInputError(f"invalid --offline-steps {self.offline_steps!r}: expected a non-negative number of gradient steps")
+        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
+            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
+        if not isinstance(self.keep_every, int) or self.keep_every < 0:
+            raise UserInputError(f"invalid --keep-every {self.keep_every!r}: expected 0 (off) or a positive number of iterations")
+
+
+@dataclass(frozen=True)
+class OfflineLoopConfig:
+    """Settings of the offline loop (``ctrl_rl.learn.offline``)."""
+
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    clip_actions: float | None = None
+    """Clip the dataset's actions to +-this when loading (None: no clip)."""
+
+    def __post_init__(self) -> None:
+        _positive_int("batch_size", self.batch_size)
+        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
+            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
+
+
+# The loop config of every regime (the loop each regime runs in is in ctrl_rl.learn.LOOPS).
+LOOP_CONFIGS: dict[str, type] = {"on-policy": OnPolicyLoopConfig, "off-policy": OffPolicyLoopConfig,
+                                 "offline-to-online": OffPolicyLoopConfig, "offline": OfflineLoopConfig}
+LoopConfig = OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything about a training run that is not an algorithm hyperparameter."""
+    """Everything about a training run that is not an algorithm hyperparameter; ``loop`` holds the settings of
+    the loop the algorithm's regime runs in (``OnPolicyLoopConfig``, ``OffPolicyLoopConfig``, ``OfflineLoopConfig``)."""
 
     env: str = "torch:Pendulum"
     """Environment id, e.g. torch:Pendulum, HalfCheetah-v5, gym:Pendulum-v1, dmc:cheetah-run (`ctrl-rl list envs`)."""
     num_envs: int = 4096
     """Parallel environments in total (split evenly across processes under torchrun)."""
     total_steps: int = 4_000_000
-    """Environment steps to train for, summed over all environments and processes."""
+    """Environment steps to train for, summed over all environments and processes (offline: gradient steps)."""
     seed: int = 0
     """Seed of every random number generator of the run."""
     device: Literal["cpu", "cuda"] = "cpu"
@@ -51,19 +148,13 @@ class RunConfig:
     reward_scale: bool = False
     """Divide rewards by the running std of the discounted return."""
     log_every: int = 1
-    """Log every this many iterations (PPO: updates; off-policy: steps of all envs)."""
+    """Log every this many iterations (PPO: updates; off-policy: steps of all envs; offline: gradient steps)."""
     checkpoint_every: int = 20
     """Write a checkpoint every this many iterations (and always at the end)."""
-    pipeline: bool = False
-    """envpool only: split the envs into two groups and compute one group's actions while the other
-    simulates (exactly on-policy). Off by default: on 2 cores it measured no faster, since the
-    simulator threads already fill both cores; it may pay off with more cores."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show a progress bar (a plain line every so often when the output is not a terminal)."""
     threads: int = 0
-    """torch intra-op threads (0: auto; 1 for off-policy training on CPU and for PPO with envpool on a
-    machine with <= 2 cores, where small ops on two threads stall when other processes compete; else
-    torch's default)."""
+    """torch intra-op threads (0: auto, see ctrl_rl.learn.runtime)."""
     dataset: str | None = None
     """Offline data: a D4RL or ctrl_rl .hdf5 file, a generated dataset id (hopper-medium-v5) or a Minari id
     (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches)."""
@@ -72,49 +163,17 @@ class RunConfig:
     at the end) or env steps (off-policy; 0: never), logging its return and normalized score."""
     eval_episodes: int = 10
     """Episodes per evaluation (one per parallel env)."""
-    save_replay: bool = False
-    """Off-policy: put the replay buffer into checkpoints, so a resumed run continues with the same data."""
-    keep_every: int = 0
-    """Off-policy: also keep a snapshot (checkpoint without the replay buffer) every this many iterations
-    as checkpoints/step_<N>.pt, e.g. to pick behaviour policies for datasets (0: keep only latest.pt)."""
-    collect_threads: int = 0
-    """torch threads while collecting a rollout (0: auto, 1 for envpool on CPU so its worker threads get
-    the cores, else the same as for the update)."""
+    loop: Annotated[LoopConfig | None, tyro.conf.Suppress] = None
+    """The loop's settings (set from the algorithm's regime; flags of its fields are top-level)."""
 
     def __post_init__(self) -> None:
         for name in ("num_envs", "total_steps", "log_every", "checkpoint_every", "scale_envs"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise UserInputError(f"invalid --{name.replace('_', '-')} {v!r}: expected a positive integer")
-        if self.keep_every < 0:
-            raise UserInputError(f"invalid --keep-every {self.keep_every!r}: expected 0 (off) or a positive number of iterations")
+            _positive_int(name, getattr(self, name))
         if self.eval_episodes < 1 or self.eval_every < 0:
             raise UserInputError(f"invalid --eval-episodes {self.eval_episodes!r} / --eval-every {self.eval_every!r}: "
                                  "expected a positive number of episodes and a non-negative interval")
-        for name in ("threads", "collect_threads"):
-            if getattr(self, name) < 0:
-                raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected 0 (auto) or a positive integer")
-
-
-ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "sac_flow": SACFlowConfig, "cql": CQLConfig,
-                                  "calql": CalQLConfig, "iql": IQLConfig, "wsrl": WSRLConfig, "rlpd": RLPDConfig,
-                                  "sac_flow_o2o": SACFlowO2OConfig}
-
-# Run settings that differ per algorithm when no preset gives them (off-policy: one env, log and
-# checkpoint intervals in iterations = steps of all envs).
-ALGO_RUN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sac": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
-    "sac_flow": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
-    # offline: total_steps counts gradient steps (WSRL pre-trains CQL for 250k steps on locomotion; IQL 1M)
-    "cql": {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000},
-    "calql": {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000},
-    "iql": {"total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000, "eval_every": 50_000},
-    # offline-to-online: env steps online (WSRL 500k, evaluated every 20k; SAC Flow O2O 1M)
-    "wsrl": {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 20_000},
-    "rlpd": {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 20_000},
-    "sac_flow_o2o": {"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 25_000,
-                     "eval_every": 20_000},
-}
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise UserInputError(f"invalid --threads {self.threads!r}: expected 0 (auto) or a positive integer")
 
 
 @dataclass(frozen=True)
@@ -124,6 +183,7 @@ class Preset:
     run: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    loop: dict[str, Any] = field(default_factory=dict)
 
 
 # The embedded default: PPO on the torch-native Pendulum, no download, about a minute on 2 CPU cores.
@@ -166,11 +226,16 @@ def _read_preset(path: Path) -> Preset:
                              '{"algo": ..., "run": {...}, "config": {...}}') from None
     if not isinstance(raw, dict) or "algo" not in raw:
         raise UserInputError(f"preset file {str(path)!r} has no 'algo' key: expected "
-                             '{"algo": ..., "run": {...}, "config": {...}}')
-    unknown = set(raw) - {"algo", "run", "config", "description"}
+                             '{"algo": ..., "run": {...}, "loop": {...}, "config": {...}}')
+    unknown = set(raw) - {"algo", "run", "loop", "config", "description"}
     if unknown:
-        raise UserInputError(f"preset file {str(path)!r} has unknown keys {sorted(unknown)}: expected algo, run, config, description")
-    return Preset(path.stem, raw["algo"], raw.get("run", {}), raw.get("config", {}), raw.get("description", ""))
+        raise UserInputError(f"preset file {str(path)!r} has unknown keys {sorted(unknown)}: expected algo, run, loop, config, description")
+    parts = {k: raw.get(k, {}) for k in ("run", "loop", "config")}
+    bad = [k for k, v in parts.items() if not isinstance(v, dict)]
+    if bad:
+        raise UserInputError(f"preset file {str(path)!r} has a {bad[0]!r} that is not a JSON object: expected "
+                             '{"algo": ..., "run": {...}, "loop": {...}, "config": {...}}')
+    return Preset(path.stem, raw["algo"], parts["run"], parts["config"], raw.get("description", ""), parts["loop"])
 
 
 def load_preset(name_or_path: str) -> Preset:
@@ -240,12 +305,66 @@ def _convert(tp: Any, v: Any, what: str) -> Any:
     return v
 
 
+def loop_config_class(regime: str) -> type:
+    """The loop config class of a regime (the model-based and actor-learner loops bring their own later)."""
+    if regime not in LOOP_CONFIGS:
+        raise UserInputError(f"the {regime!r} regime has no training loop yet: expected one of {sorted(LOOP_CONFIGS)}")
+    return LOOP_CONFIGS[regime]
+
+
+def ensure_loop(entry, run: RunConfig) -> RunConfig:
+    """``run`` with the entry's default loop config when it has none (library use: ``RunConfig(env=...)``); a loop
+    config of another regime's class is refused."""
+    cls = loop_config_class(entry.regime)
+    if run.loop is None:
+        return dataclasses.replace(run, loop=cls(**entry.loop_defaults))
+    if not isinstance(run.loop, cls):
+        raise UserInputError(f"{entry.name!r} runs in the {cls.__name__} loop: got a {type(run.loop).__name__}")
+    return run
+
+
+def build_run(entry, run: dict, loop: dict, what: str = "run") -> RunConfig:
+    """A RunConfig with its loop config, from JSON-like dicts (unknown keys are refused with a sentence)."""
+    run = {k: v for k, v in run.items() if k != "loop"}
+    loop_cfg = from_dict(loop_config_class(entry.regime), loop, f"{what} loop")
+    return dataclasses.replace(from_dict(RunConfig, run, what), loop=loop_cfg)
+
+
 def save_config(path: Path, algo: str, run: RunConfig, algo_cfg: Any) -> None:
-    """Write the resolved config as JSON (atomically)."""
+    """Write the resolved config as JSON (atomically): ``{"algo", "run": {..., "loop": {...}}, "config"}``."""
     payload = {"algo": algo, "run": to_dict(run), "config": to_dict(algo_cfg)}
-    tmp = path.with_suffix(".json.tmp")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+# Fields that lived in RunConfig or in algorithm configs before the loop configs existed (format 1 runs and
+# checkpoints, and the shipped behaviour policies): moved into the loop config when such a config is read.
+_LEGACY_RUN_LOOP_KEYS = ("pipeline", "collect_threads", "save_replay", "keep_every")
+
+
+def parse_saved(raw: dict, what: str) -> tuple[Any, RunConfig, Any]:
+    """``(entry, run, algo config)`` of a saved ``{"algo", "run", "config"}`` dict (config.json or a checkpoint's
+    ``config`` with ``algo``); configs written before loop configs existed are migrated."""
+    from ctrl_rl.algos import registry
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("algo"), str):
+        raise UserInputError(f"{what} names no algorithm: expected an 'algo' key with one of {registry.names()}")
+    entry = registry.get(raw["algo"])
+    run = dict(raw.get("run") or {})
+    cfg = dict(raw.get("config") or {})
+    if "loop" in run:
+        loop = dict(run.pop("loop") or {})
+    else:  # format 1: loop settings in the run and algorithm configs
+        loop_fields = {f.name for f in dataclasses.fields(loop_config_class(entry.regime))}
+        cfg_fields = {f.name for f in dataclasses.fields(entry.config)}
+        loop = {k: run[k] for k in _LEGACY_RUN_LOOP_KEYS if k in run and k in loop_fields}
+        loop.update({k: v for k, v in cfg.items() if k in loop_fields and k not in cfg_fields})
+        if "action_clip" in cfg and "action_clip" not in cfg_fields and "clip_actions" in loop_fields:
+            loop["clip_actions"] = cfg["action_clip"]  # the WSRL-family configs clipped stored actions
+        run = {k: v for k, v in run.items() if k not in _LEGACY_RUN_LOOP_KEYS}
+        cfg = {k: v for k, v in cfg.items() if k in cfg_fields}
+    return entry, build_run(entry, run, loop, f"{what} run"), from_dict(entry.config, cfg, f"{what} {entry.name} config")
 
 
 def load_config(path: Path) -> tuple[str, RunConfig, Any]:
@@ -253,7 +372,5 @@ def load_config(path: Path) -> tuple[str, RunConfig, Any]:
         raw = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise UserInputError(f"run config {str(path)!r} could not be read ({e}): expected the config.json a training run writes") from None
-    if not isinstance(raw, dict) or raw.get("algo") not in ALGO_CONFIGS:
-        raise UserInputError(f"run config {str(path)!r} names no known algorithm: expected 'algo' in {sorted(ALGO_CONFIGS)}")
-    algo = raw["algo"]
-    return algo, from_dict(RunConfig, raw.get("run", {}), "run"), from_dict(ALGO_CONFIGS[algo], raw.get("config", {}), algo)
+    entry, run, cfg = parse_saved(raw, f"run config {str(path)!r}")
+    return entry.name, run, cfg

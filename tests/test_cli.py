@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+
 SMALL = ["--num-envs", "32", "--total-steps", "8192", "--rollout-steps", "8", "--minibatch-size", "64",
          "--epochs", "1", "--no-progress"]
 
@@ -180,9 +182,9 @@ def test_resume_refuses_other_algorithms_and_truncated_checkpoints(trained, tmp_
     d, _ = trained
     other = tmp_path / "other"
     shutil.copytree(d, other)
-    ck = torch.load(other / "checkpoints" / "latest.pt", weights_only=True)
+    ck = load_checkpoint(other / "checkpoints" / "latest.pt")
     ck["algo"] = "sac"
-    torch.save(ck, other / "checkpoints" / "latest.pt")
+    save_checkpoint(other / "checkpoints" / "latest.pt", ck)
     r = cli("train", "ppo", "--resume", other)
     assert r.returncode == 2 and "'sac'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -214,7 +216,7 @@ def test_torchrun_two_processes_train_data_parallel(tmp_path):
                         "--env", "torch:Pendulum", "--run-dir", str(d), *SMALL], capture_output=True, text=True,
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
-    ck = torch.load(d / "checkpoints" / "latest.pt", weights_only=True)
+    ck = load_checkpoint(d / "checkpoints" / "latest.pt")
     assert ck["world_size"] == 2 and ck["counters"]["step"] == 8192
     a, b = (ck["ranks"][i]["algo_state"]["ac"] for i in range(2))
     assert all(torch.equal(a[k], b[k]) for k in a)  # gradients averaged: identical replicas

@@ -53,8 +53,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ctrl_rl.algos.sac import SAC, Actor, SACConfig, tanh_normal_sample, td_target
-from ctrl_rl.algos.wsrl import WSRLSACConfig
+from ctrl_rl.algos.registry import AlgoEntry, register
+from ctrl_rl.algos.sac import SAC, SACConfig, tanh_normal_sample, td_target
+from ctrl_rl.algos.wsrl import WSRL_SAC
 from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
@@ -63,10 +64,11 @@ from ctrl_rl.storage.datasets.offline import OfflineDataset
 
 
 @dataclass(frozen=True)
-class CQLConfig(WSRLSACConfig):
-    """CQL/Cal-QL hyperparameters: SAC's fields plus CQL's; defaults are WSRL's locomotion pre-training
-    (``locomotion_cql`` with ``--use_redq``, ALGORITHMS.md §1.3). The SAC fields a loop uses (batch_size) apply;
-    buffer_size, learning_starts and utd_ratio are online settings and unused offline."""
+class CQLConfig(SACConfig):
+    """CQL/Cal-QL hyperparameters: SAC's fields plus CQL's. ``ctrl-rl train cql|calql`` starts from WSRL's
+    locomotion pre-training (``locomotion_cql`` with ``--use_redq``, ALGORITHMS.md §1.3): SAC's fields from
+    ``WSRL_SAC`` (10 critics, subset 2, LayerNorm, ...), set by the registry entries below
+    (``registry.get("cql").default_config()``); the class defaults of the CQL fields are WSRL's."""
 
     alpha_cql: float = 5.0
     """Fixed CQL weight (WSRL locomotion ``cql_alpha`` 5.0); unused with ``lagrange``."""
@@ -86,27 +88,22 @@ class CQLConfig(WSRLSACConfig):
     """Target: max over K next actions of the subset-min (WSRL ``cql_max_target_backup`` True)."""
     calql: bool = False
     """Cal-QL: lower-bound the policy samples' Q by the Monte-Carlo return (batches must be MCTransition)."""
+    action_clip: float = 0.99999
+    """Batch actions are clipped to +-this inside tanh's open range (WSRL ``--clip_action``)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.crossq or self.actor_batch_renorm:
             raise ValueError("invalid CQL setting: crossq / actor_batch_renorm are not supported (CQL uses target critics)")
         if self.num_cql_samples < 1:
             raise ValueError("invalid CQL setting: expected num_cql_samples >= 1")
-        if self.lagrange_init <= 0 or self.lagrange_lr <= 0 or self.alpha_cql < 0:
-            raise ValueError("invalid CQL setting: expected lagrange_init > 0, lagrange_lr > 0, alpha_cql >= 0")
+        if self.lagrange_init <= 0 or self.alpha_cql < 0 or not 0 < self.action_clip <= 1:
+            raise ValueError("invalid CQL setting: expected lagrange_init > 0, alpha_cql >= 0, 0 < action_clip <= 1")
 
     def sac_config(self, **overrides) -> SACConfig:
         """The SACConfig with this config's SAC fields (the networks a CQL checkpoint loads into), plus overrides."""
         names = SACConfig.__dataclass_fields__.keys()
         return SACConfig(**{**{k: getattr(self, k) for k in names}, **overrides})
-
-
-@dataclass(frozen=True)
-class CalQLConfig(CQLConfig):
-    """Cal-QL: CQL whose policy-sample Q values are lower-bounded by the Monte-Carlo return (``calql=True``)."""
-
-    calql: bool = True
-    """Cal-QL: lower-bound the policy samples' Q by the Monte-Carlo return (batches must be MCTransition)."""
 
 
 @dataclass
@@ -206,31 +203,6 @@ def max_backup_target(q_next: torch.Tensor, reward: torch.Tensor, terminated: to
 
 # ----- networks -----
 
-def _scale_last_hidden_(linears: list, scale: float) -> None:
-    with torch.no_grad():
-        linears[-2].weight.mul_(scale)
-        linears[-2].bias.mul_(scale)
-
-
-def make_actor(config: SACConfig, spec: EnvSpec) -> Actor:
-    """SAC's tanh-Gaussian Actor with the last hidden layer's initial weights scaled by ``final_hidden_scale``
-    (an initialisation only: ``SAC(cfg.sac_config(), spec)`` has the same parameters and loads a CQL checkpoint)."""
-    actor = Actor(config, spec)
-    _scale_last_hidden_([m for m in actor.net if isinstance(m, nn.Linear)], getattr(config, "final_hidden_scale", 1.0))
-    return actor
-
-
-def build_sac(config: SACConfig, spec: EnvSpec, device: torch.device | str = "cpu",
-              generator: torch.Generator | None = None) -> SAC:
-    """A SAC with WSRL's initialisation: the last hidden layer of actor and critics scaled by
-    ``config.final_hidden_scale`` (1 if the config has none), target critics copied after the scaling."""
-    sac = SAC(config, spec, device, generator, actor=make_actor(config, spec))
-    _scale_last_hidden_(list(sac.critic.layers), getattr(config, "final_hidden_scale", 1.0))
-    if sac.critic_target is not None:
-        sac.critic_target.load_state_dict(sac.critic.state_dict())
-    return sac
-
-
 class CQL:
     """CQL / Cal-QL: owns a SAC (actor, critics, targets, temperature) and the CQL Lagrange multiplier."""
 
@@ -244,7 +216,7 @@ class CQL:
             raise ValueError(f"CQL needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec = config, spec
         self.name = "calql" if config.calql else "cql"
-        self.sac = build_sac(config, spec, device, generator)
+        self.sac = SAC(config, spec, device, generator)
         s = self.sac
         self.device, self.gen = s.device, s.gen
         self.actor, self.critic, self.critic_target, self.log_alpha = s.actor, s.critic, s.critic_target, s.log_alpha
@@ -370,3 +342,34 @@ class CQL:
                 self.lagrange_raw.copy_(state["cql_lagrange"])
             # deep copy: torch's Optimizer.load_state_dict keeps references to the given state tensors
             self.lagrange_opt.load_state_dict(copy.deepcopy(state["cql_lagrange_opt"]))
+
+
+class MCSampler:
+    """Draws Cal-QL batches: the buffer's transitions with the Monte-Carlo return-to-go of each row."""
+
+    def __init__(self, buffer, mc_return: torch.Tensor):
+        self.buffer, self.mc_return = buffer, mc_return  # mc_return [S] aligned with the buffer's rows
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> MCTransition:
+        idx = self.buffer.sample_indices(batch_size, generator)  # [B]
+        b = self.buffer.gather(idx)
+        return MCTransition(b.obs, b.action, b.reward, b.next_obs, b.terminated, b.truncated, self.mc_return[idx])
+
+
+def _prepare_calql(dataset: OfflineDataset, buffer, config: CQLConfig) -> tuple[MCSampler, dict]:
+    return MCSampler(buffer, dataset_mc_returns(dataset, config.gamma).to(buffer.device)), {}
+
+
+_OFFLINE_RUN = {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000}
+
+register(AlgoEntry(
+    "cql", CQLConfig, CQL, regime="offline",
+    summary="Conservative Q-Learning, offline (--dataset), WSRL's pre-training settings; loads into SAC",
+    config_defaults=WSRL_SAC, run_defaults=_OFFLINE_RUN, loop_defaults={"clip_actions": 0.99999},
+    requires_dataset=True))
+
+register(AlgoEntry(
+    "calql", CQLConfig, CQL, regime="offline",
+    summary="Cal-QL: CQL with the Monte-Carlo return as a lower bound, offline (--dataset)",
+    config_defaults={**WSRL_SAC, "calql": True}, run_defaults=_OFFLINE_RUN, loop_defaults={"clip_actions": 0.99999},
+    prepare_offline=_prepare_calql, requires_dataset=True))

@@ -37,12 +37,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ctrl_rl.algos.sac import DeterministicPolicy
 from ctrl_rl.core.distributions import normal_log_prob
 from ctrl_rl.core.nets import Activation, EnsembleMLP, mlp
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
+from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.algos.registry import AlgoEntry, register
+from ctrl_rl.algos.sac import DeterministicPolicy
 
 
 @dataclass(frozen=True)
@@ -83,16 +85,15 @@ class IQLConfig:
     """Upper clip of the state-independent log-std (code: LOG_STD_MAX 2)."""
     action_clip: float = 1 - 1e-5
     """Dataset actions are clipped to +-this (code: clip_to_eps, eps 1e-5)."""
-    batch_size: int = 256
-    """Transitions per update (code: 256)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.expectile < 1 or self.beta < 0 or self.weight_clip <= 0:
             raise ValueError("invalid IQL setting: expected 0 < expectile < 1, beta >= 0, weight_clip > 0")
         if not 0 < self.tau <= 1 or not 0 <= self.gamma <= 1 or not 0 <= self.dropout < 1:
             raise ValueError("invalid IQL setting: expected 0 < tau <= 1, 0 <= gamma <= 1, 0 <= dropout < 1")
-        if self.num_critics < 1 or self.batch_size < 1 or (self.cosine_steps is not None and self.cosine_steps < 1):
-            raise ValueError("invalid IQL setting: expected num_critics >= 1, batch_size >= 1, cosine_steps >= 1 or None")
+        check_fields(self)
+        if self.num_critics < 1 or (self.cosine_steps is not None and self.cosine_steps < 1):
+            raise ValueError("invalid IQL setting: expected num_critics >= 1, cosine_steps >= 1 or None")
         if not self.log_std_min < self.log_std_max or not 0 < self.action_clip <= 1:
             raise ValueError("invalid IQL setting: expected log_std_min < log_std_max and 0 < action_clip <= 1")
 
@@ -251,3 +252,17 @@ class IQL:
         self.critic_opt.load_state_dict(copy.deepcopy(state["critic_opt"]))
         self.actor_sched.load_state_dict(state["actor_sched"])
         self.gen.set_state(state["gen"])
+
+
+def _prepare_iql(dataset, buffer, config: IQLConfig) -> tuple[object, dict]:
+    """Locomotion reward scale: rewards x 1000 / (max - min episode return), as the official code does."""
+    scale = locomotion_reward_scale(dataset.episode_returns())
+    buffer.reward.mul_(scale)
+    return buffer, {"reward_scale": scale}
+
+
+register(AlgoEntry(
+    "iql", IQLConfig, IQL, regime="offline",
+    summary="Implicit Q-Learning, offline (--dataset): expectile value, advantage-weighted actor",
+    run_defaults={"total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000, "eval_every": 50_000},
+    loop_defaults={"batch_size": 256, "clip_actions": 1 - 1e-5}, prepare_offline=_prepare_iql, requires_dataset=True))

@@ -44,7 +44,9 @@ from ctrl_rl.core.distributions import (
 from ctrl_rl.core.nets import Activation, RunningNorm, mlp
 from ctrl_rl.core.returns import gae
 from ctrl_rl.core.types import Rollout
+from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.algos.registry import AlgoEntry, register
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class PPOConfig:
     """Samples per chunk when computing values of the whole rollout (bounds memory at 10^6 envs)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         checks = {
             "rollout_steps": self.rollout_steps >= 1,
             "epochs": self.epochs >= 1,
@@ -107,6 +110,7 @@ class PPOConfig:
             "clip_eps": self.clip_eps > 0,
             "desired_kl": self.desired_kl > 0,
             "value_chunk": self.value_chunk >= 1,
+            "target_kl": self.target_kl is None or self.target_kl > 0,
         }
         for name, ok in checks.items():
             if not ok:
@@ -213,12 +217,16 @@ class PPO:
         generator: torch.Generator | None = None,
         grad_reduce: Callable[[list[torch.Tensor]], None] | None = None,
         stats_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        broadcast: Callable[[nn.Module], None] | None = None,
     ):
-        """``grad_reduce`` averages gradients in place across data-parallel ranks and ``stats_reduce`` sums
-        a tensor across ranks; both are None for single-process training."""
+        """``grad_reduce`` averages gradients in place across data-parallel ranks, ``stats_reduce`` sums a
+        tensor across ranks and ``broadcast`` copies rank 0's parameters to every rank; all None for
+        single-process training."""
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         self.ac = ActorCritic(config, spec).to(self.device)
+        if broadcast is not None:
+            broadcast(self.ac)
         self.params = [p for p in self.ac.parameters() if p.requires_grad]
         # fused Adam: one kernel for all parameters (CPU and CUDA)
         self.opt = torch.optim.Adam(self.params, lr=config.lr, eps=1e-5, fused=True)
@@ -255,13 +263,26 @@ class PPO:
         out = torch.cat([self.ac.value(c) for c in flat.split(self.config.value_chunk)])  # [T*N]
         return out.view(obs.shape[0], obs.shape[1])
 
+    @property
+    def rollout_steps(self) -> int:
+        """T: env steps collected per env between updates (the on-policy loop sizes its storage with it)."""
+        return self.config.rollout_steps
+
+    def schedule(self, progress: float) -> None:
+        """Called by the on-policy loop before every rollout with the fraction of the run done: with
+        ``anneal_lr`` the learning rate decays linearly to 0."""
+        if self.config.anneal_lr:
+            self.set_lr_fraction(1.0 - progress)
+
     def set_lr_fraction(self, frac: float) -> None:
-        """Linear annealing hook: set lr = config.lr * frac (used when anneal_lr is on)."""
+        """Linear annealing: set lr = config.lr * frac."""
         self.lr = self.config.lr * frac
         for g in self.opt.param_groups:
             g["lr"] = self.lr
 
-    def update(self, batch: Rollout) -> dict[str, float]:
+    def update(self, batch: Rollout, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor | float]:
+        """One PPO update on a rollout. ``sync=False`` leaves the statistics as device tensors (the loop converts
+        them once per log step); counts and the learning rate are plain floats either way."""
         cfg = self.config
         T, N = batch.reward.shape
         value = self._values(batch.obs)  # [T,N]
@@ -329,17 +350,21 @@ class PPO:
                     break
         if cfg.obs_norm:
             self._update_norm(batch.obs)
-        m = (sums / steps).tolist()
+        m = (sums / steps).detach()  # [6]
         with torch.no_grad():
             explained = 1 - (ret - value).var() / (ret.var() + 1e-8)
         info = {
             "loss/policy": m[0], "loss/value": m[1], "stats/entropy": m[2], "stats/approx_kl": m[3],
             "stats/clip_frac": m[4], "stats/grad_norm": m[5], "stats/grad_steps": float(steps),
-            "stats/epochs": float(epochs_done), "stats/lr": self.lr, "stats/value_mean": float(value.mean()),
-            "stats/explained_var": float(explained), "stats/adv_std": float(adv.std()),
+            "stats/epochs": float(epochs_done), "stats/lr": self.lr, "stats/value_mean": value.mean(),
+            "stats/explained_var": explained, "stats/adv_std": adv.std(),
         }
         if not self.spec.discrete:
-            info["stats/action_std"] = float(self.ac.log_std.detach().exp().mean())
+            info["stats/action_std"] = self.ac.log_std.detach().exp().mean()
+        if not sync:
+            return info
+        keys = [k for k, v in info.items() if isinstance(v, torch.Tensor)]
+        info.update(zip(keys, torch.stack([info[k].float() for k in keys]).tolist()))  # one host sync
         return info
 
     def world_size(self) -> int:
@@ -375,3 +400,9 @@ class PPO:
         for g in self.opt.param_groups:
             g["lr"] = self.lr
         self.gen.set_state(state["gen"])
+
+
+register(AlgoEntry(
+    "ppo", PPOConfig, PPO, regime="on-policy",
+    summary="Proximal Policy Optimization for many parallel envs (Gaussian or categorical head)",
+    scale_envs=scale_envs, continuous_only=False, distributed=True))

@@ -41,7 +41,9 @@ from ctrl_rl.core.distributions import tanh_log_det
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
+from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.algos.registry import AlgoEntry, register
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -94,25 +96,22 @@ class SACConfig:
     compile: bool = False
     """torch.compile the critic and actor steps. Off by default: on this 2-core CPU it took ~50 s to
     compile and measured no faster than eager (experiments/bench/sac_updates.py --compile)."""
-    batch_size: int = 256
-    """Transitions per update (off-policy loop)."""
-    buffer_size: int = 1_000_000
-    """Replay capacity in transitions (off-policy loop)."""
-    learning_starts: int = 5_000
-    """Env steps of uniformly random actions before the first update (off-policy loop)."""
-    utd_ratio: float = 1.0
-    """Updates per env step (summed over envs; fractions carry over)."""
+    critic_splits: int = 1
+    """Critic minibatches per batch update: the loop draws ``critic_splits`` minibatches, each takes one critic
+    step (and target update), then the actor and temperature take one step on their union (WSRL: 4)."""
+    final_hidden_scale: float = 1.0
+    """Initial-weight scale of the last hidden layer of actor and critics (WSRL ``kernel_scale_final`` 1e-2)."""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if not 1 <= self.target_subset <= self.num_critics:
             raise ValueError(f"invalid SAC setting target_subset={self.target_subset}: expected 1..num_critics={self.num_critics}")
         if not 0 < self.tau <= 1 or not 0 <= self.gamma <= 1 or self.init_alpha <= 0:
             raise ValueError("invalid SAC setting: expected 0 < tau <= 1, 0 <= gamma <= 1, init_alpha > 0")
         if self.policy_delay < 1 or not 0 <= self.adam_beta1 < 1:
             raise ValueError("invalid SAC setting: expected policy_delay >= 1 and 0 <= adam_beta1 < 1")
-        if self.batch_size < 1 or self.buffer_size < 1 or self.learning_starts < 0 or not self.utd_ratio > 0:
-            raise ValueError("invalid SAC setting: expected batch_size >= 1, buffer_size >= 1, learning_starts >= 0, "
-                             "utd_ratio > 0")
+        if self.critic_splits < 1 or self.final_hidden_scale <= 0:
+            raise ValueError("invalid SAC setting: expected critic_splits >= 1 and final_hidden_scale > 0")
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
@@ -163,6 +162,13 @@ class DeterministicPolicy(nn.Module):
         return self.actor.mode(obs)
 
 
+def scale_last_hidden_(linears: list, scale: float) -> None:
+    """Scale the initial weights and bias of the last hidden layer (``linears[-2]``) in place (WSRL's init)."""
+    with torch.no_grad():
+        linears[-2].weight.mul_(scale)
+        linears[-2].bias.mul_(scale)
+
+
 def _has_batch_renorm(module: nn.Module) -> bool:
     return any(isinstance(m, BatchRenorm) for m in module.modules())
 
@@ -179,9 +185,15 @@ class SAC:
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         c = config
-        self.actor = (actor if actor is not None else Actor(c, spec)).to(self.device)
+        if actor is None:
+            actor = Actor(c, spec)
+            if c.final_hidden_scale != 1.0:
+                scale_last_hidden_([m for m in actor.net if isinstance(m, nn.Linear)], c.final_hidden_scale)
+        self.actor = actor.to(self.device)
         self.critic = EnsembleMLP(c.num_critics, spec.obs_dim + spec.action_dim, c.critic_hidden, 1, c.activation,
                                   c.layer_norm, batch_renorm=c.crossq, renorm_warmup=c.renorm_warmup).to(self.device)
+        if c.final_hidden_scale != 1.0:
+            scale_last_hidden_(list(self.critic.layers), c.final_hidden_scale)
         # CrossQ has no target network: the joint forward's detached second half is the target
         self.critic_target = None if c.crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(c.init_alpha), device=self.device, requires_grad=c.learn_alpha)
@@ -359,3 +371,18 @@ class SAC:
         if self.alpha_opt is not None and state["alpha_opt"] is not None:
             self.alpha_opt.load_state_dict(copy.deepcopy(state["alpha_opt"]))
         self.gen.set_state(state["gen"])
+
+
+def _update_step(algo: SAC, sampler, batch_size: int, config: SACConfig) -> dict:
+    """One batch update: ``critic_splits`` critic minibatches (WSRL: 4 x 256 of a 1024 batch), or one batch."""
+    k = config.critic_splits
+    if k == 1:
+        return algo.update(sampler.sample(batch_size, algo.gen), sync=False)
+    return algo.update_split([sampler.sample(batch_size // k, algo.gen) for _ in range(k)], sync=False)
+
+
+register(AlgoEntry(
+    "sac", SACConfig, SAC, regime="off-policy",
+    summary="Soft Actor-Critic: batched critic ensemble (REDQ subset), UTD ratio, CrossQ option",
+    run_defaults={"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
+    update_step=_update_step))

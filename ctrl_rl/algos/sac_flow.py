@@ -59,6 +59,7 @@ from typing import Literal, Protocol
 import torch
 from torch import nn
 
+from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.algos.sac import SAC, SACConfig
 from ctrl_rl.core.distributions import tanh_log_det
 from ctrl_rl.core.nets import BatchRenorm, mlp
@@ -103,6 +104,9 @@ class SACFlowConfig(SACConfig):
     """Upper end of the tanh-rescaled log noise std."""
     gate_bias: float = 5.0
     """Flow-G: initial bias of the gate's last layer (its weights start at zero)."""
+    alpha_reg: float = 100.0
+    """Offline-to-online (``sac_flow_o2o``): weight of the action regulariser ``mean (a_pi - a_data)^2`` in the
+    online actor loss (paper: 100)."""
     flow_batch_renorm: bool = True
     """BatchRenorm on the velocity inputs (Flow-G: (s, A_i); Flow-T: s, A_i and the decoder norms instead of
     LayerNorm; naive: (s, A_i, t)), as in the paper's CrossQ-based code."""
@@ -122,43 +126,8 @@ class SACFlowConfig(SACConfig):
             raise ValueError("invalid SAC Flow setting: expected noise_log_std_min < noise_log_std_max")
         if self.actor_batch_renorm:
             raise ValueError("actor_batch_renorm describes SAC's Gaussian actor; SAC Flow takes flow_batch_renorm")
-
-
-@dataclass(frozen=True)
-class SACFlowO2OConfig(SACFlowConfig):
-    """SAC Flow offline-to-online (§2.5, the QC-FQL-based recipe without action chunks): ``offline_steps``
-    gradient steps on --dataset (a critic step and a flow-matching actor step each), then online SAC with the
-    offline data kept (``offline_ratio`` of every batch) and the actor loss ``o2o_actor_loss``.
-    Defaults: 4x512 critics with LayerNorm, 2 critics averaged, lr 3e-4, batch 256, updates after 5k env steps."""
-
-    offline_steps: int = 1_000_000
-    """Offline gradient steps before the first env step (paper: 1M)."""
-    alpha_reg: float = 100.0
-    """Weight of the action regulariser ``mean (a_pi - a_data)^2`` in the online actor loss (paper: 100)."""
-    offline_ratio: float = 0.5
-    """Fraction of every online batch drawn from --dataset (the paper keeps the offline data in the replay)."""
-    warmup_actions: Literal["policy", "random"] = "policy"
-    """Who acts during the first learning_starts env steps (no updates then): the pre-trained policy or random."""
-    critic_hidden: tuple[int, ...] = (512, 512, 512, 512)
-    """Hidden widths of each critic (paper: 4x512)."""
-    layer_norm: bool = True
-    """LayerNorm in the critics (paper: critic only)."""
-    actor_q: Literal["min", "mean"] = "mean"
-    """How the actor aggregates the critics (paper: mean)."""
-    flow_batch_renorm: bool = False
-    """No BatchRenorm in the offline-to-online recipe (its networks are plain MLPs)."""
-    learning_starts: int = 5_000
-    """Env steps before the first online update (paper: 5,000)."""
-    action_clip: float = 0.99999
-    """Actions are stored (and offline actions loaded) clipped to +-this."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.offline_steps < 0 or self.alpha_reg < 0 or not 0.0 <= self.offline_ratio <= 1.0:
-            raise ValueError("invalid SAC Flow O2O setting: expected offline_steps >= 0, alpha_reg >= 0 and "
-                             "offline_ratio in [0, 1]")
-        if self.warmup_actions not in ("policy", "random"):
-            raise ValueError(f"invalid warmup_actions {self.warmup_actions!r}: expected 'policy' or 'random'")
+        if self.alpha_reg < 0:
+            raise ValueError(f"invalid SAC Flow alpha_reg={self.alpha_reg}: expected >= 0")
 
 
 def offline_step(algo: SACFlow, buffer: TransitionSource, batch_size: int) -> dict[str, torch.Tensor]:
@@ -466,3 +435,26 @@ def o2o_update(algo: SACFlow, buffer: TransitionSource, batch_size: int, alpha_r
     loss, actor_info, logp = o2o_actor_loss(algo, batch, alpha_reg)
     algo.actor_step(loss)
     return {**info, **actor_info, **algo.alpha_step(logp)}
+
+
+register(AlgoEntry(
+    "sac_flow", SACFlowConfig, SACFlow, regime="off-policy",
+    summary="SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC",
+    run_defaults={"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000}))
+
+# §2.5, the QC-FQL-based recipe without action chunks: ``--offline-steps`` gradient steps on --dataset (a critic
+# step and a flow-matching actor step each), then online SAC Flow with the offline data kept in half of every
+# batch and the actor loss ``o2o_actor_loss``. 4x512 critics with LayerNorm, 2 critics averaged, no BatchRenorm
+# (plain MLPs), lr 3e-4, batch 256, updates after 5k env steps, stored actions clipped to +-0.99999.
+register(AlgoEntry(
+    "sac_flow_o2o", SACFlowConfig, SACFlow, regime="offline-to-online",
+    summary="SAC Flow offline-to-online: flow-matching pre-training on --dataset, then online SAC Flow",
+    config_defaults={"critic_hidden": (512, 512, 512, 512), "layer_norm": True, "actor_q": "mean",
+                     "flow_batch_renorm": False},
+    run_defaults={"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 25_000,
+                  "eval_every": 20_000},
+    loop_defaults={"offline_steps": 1_000_000, "offline_ratio": 0.5, "warmup_actions": "policy",
+                   "learning_starts": 5_000, "clip_actions": 0.99999},
+    update_step=lambda algo, sampler, batch_size, cfg: o2o_update(algo, sampler, batch_size, cfg.alpha_reg),
+    pretrain_step=lambda algo, sampler, batch_size, cfg: offline_step(algo, sampler, batch_size),
+    init_from=("sac_flow_o2o",), requires_dataset=True))

@@ -1,9 +1,10 @@
-"""Online fine-tuning configs: WSRL, the RLPD baseline and fine-tuning with the offline data retained.
+"""Online fine-tuning: WSRL, the RLPD baseline and fine-tuning with the offline data retained.
 
 Paper: Zhou, Peng, Li, Levine, Kumar 2025, "Efficient Online RL Fine-Tuning Need Not Retain Offline Data"
 (code zhouzypaul/wsrl @ 891ee35, ``wsrl_config`` = ``sac_config`` + overrides; ALGORITHMS.md §1.4).
 
-All three are SAC (``ctrl_rl.algos.sac``) driven by the off-policy loop with three switches:
+All three are SAC (``ctrl_rl.algos.sac``) with WSRL's network and optimizer settings (``WSRL_SAC``), trained by
+the off-policy loop with three loop settings (``OffPolicyLoopConfig``):
 
 * ``init``: a CQL / Cal-QL / SAC checkpoint whose actor, critic ensemble, target critics and temperature
   (and optimizer states) start the fine-tuning. The network shape fields are taken from that checkpoint.
@@ -21,87 +22,40 @@ and one temperature step on the whole batch (WSRL: 1024 = 4 x 256, so UTD 4 for 
 
 Deliberate deviations: the mixed batches are drawn per minibatch (each critic minibatch holds the same
 offline fraction; the code draws one batch then cuts it); the replay capacity defaults to 1M (the code: 2M,
-more than any run here); the stored actions are clipped to ``+-action_clip`` as WSRL does.
+more than any run here); the stored actions are clipped to ``+-0.99999`` as WSRL does (``--clip-actions``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from ctrl_rl.algos.registry import AlgoEntry, register
+from ctrl_rl.algos.sac import SAC, SACConfig, _update_step
 
-from ctrl_rl.algos.sac import SACConfig
+# SAC with the networks and optimizer settings WSRL pre-trains (CQL, Cal-QL) and fine-tunes with: 10 critics
+# with subset 2, LayerNorm in actor and critics (``--use_redq``), the last hidden layer initialised at 1e-2
+# scale (``kernel_scale_final``), actor lr 1e-4, critic lr 3e-4, temperature lr 1e-4 (sac_config), no entropy
+# term in the target (ALGORITHMS.md §1.3-1.4). A checkpoint of one loads into the others.
+WSRL_SAC = {"num_critics": 10, "target_subset": 2, "layer_norm": True, "actor_layer_norm": True,
+            "final_hidden_scale": 1e-2, "actor_lr": 1e-4, "critic_lr": 3e-4, "alpha_lr": 1e-4, "backup_entropy": False}
 
-# Fields that fix the parameter shapes: with --init they come from the checkpoint's config.
+# Config fields that fix the parameter shapes: with --init they come from the checkpoint's config.
 NETWORK_FIELDS = ("actor_hidden", "critic_hidden", "activation", "num_critics", "layer_norm", "actor_layer_norm")
 
+# Checkpoints whose state loads into SAC (their actor, critics and temperature).
+SAC_CHECKPOINTS = ("cql", "calql", "sac", "wsrl", "rlpd")
 
-@dataclass(frozen=True)
-class WSRLSACConfig(SACConfig):
-    """SAC with the networks and optimizer settings WSRL pre-trains (CQL, Cal-QL) and fine-tunes with: 10
-    critics with subset 2, LayerNorm in actor and critics (``--use_redq``), no entropy term in the target
-    (ALGORITHMS.md §1.3-1.4). A checkpoint of one loads into the others."""
+_ONLINE_RUN = {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 20_000}
+# WSRL: batch 1024 (4 critic minibatches of 256), 5k warm-up steps with the frozen policy, no offline data
+_WSRL_LOOP = {"batch_size": 1024, "learning_starts": 5_000, "warmup_actions": "policy", "clip_actions": 0.99999}
 
-    num_critics: int = 10
-    """E: critic ensemble size (WSRL ``add_redq_config``: 10)."""
-    target_subset: int = 2
-    """M: critics in the target min (and CQL's term) (WSRL ``critic_subsample_size`` 2)."""
-    layer_norm: bool = True
-    """LayerNorm after every hidden layer of the critics (WSRL ``--use_redq``)."""
-    actor_layer_norm: bool = True
-    """LayerNorm after every hidden layer of the actor (WSRL ``--use_redq``; SAC needs the same actor to load it)."""
-    final_hidden_scale: float = 1e-2
-    """Initial-weight scale of the last hidden layer of actor and critics (WSRL ``kernel_scale_final`` 1e-2)."""
-    actor_lr: float = 1e-4
-    """Actor Adam learning rate (WSRL sac_config 1e-4)."""
-    critic_lr: float = 3e-4
-    """Critic Adam learning rate (WSRL sac_config 3e-4)."""
-    alpha_lr: float = 1e-4
-    """Temperature Adam learning rate (WSRL sac_config 1e-4)."""
-    backup_entropy: bool = False
-    """Entropy term in the TD target (WSRL: False)."""
-    action_clip: float = 0.99999
-    """Dataset and stored actions are clipped to +-this (WSRL ``--clip_action``), inside tanh's open range."""
+register(AlgoEntry(
+    "wsrl", SACConfig, SAC, regime="offline-to-online",
+    summary="WSRL: online SAC fine-tuning of a cql/calql run (--init), warm-up with the frozen policy, no offline data",
+    config_defaults={**WSRL_SAC, "critic_splits": 4}, run_defaults=_ONLINE_RUN, loop_defaults=_WSRL_LOOP,
+    update_step=_update_step, init_from=SAC_CHECKPOINTS, init_fields=NETWORK_FIELDS, requires_init=True))
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0 < self.action_clip <= 1 or self.final_hidden_scale <= 0:
-            raise ValueError("invalid setting: expected 0 < action_clip <= 1 and final_hidden_scale > 0")
-
-
-@dataclass(frozen=True)
-class WSRLConfig(WSRLSACConfig):
-    """WSRL fine-tuning: SAC with WSRL's locomotion settings (10 critics, subset 2, LayerNorm, batch 1024 in
-    4 critic minibatches, 5k-step warm-up with the frozen pre-trained policy, no offline data)."""
-
-    init: str | None = None
-    """Pre-trained run directory or checkpoint (cql, calql or sac) to start from (WSRL: required)."""
-    offline_ratio: float = 0.0
-    """Fraction of every batch drawn from --dataset (WSRL 0: no offline data; RLPD and retained 0.5)."""
-    warmup_actions: Literal["policy", "random"] = "policy"
-    """Who acts during the first learning_starts env steps (no updates then): the policy or uniform random."""
-    critic_splits: int = 4
-    """Critic minibatches per batch: batch_size / critic_splits transitions each, one critic step each."""
-    batch_size: int = 1024
-    """Transitions per batch update (WSRL 1024)."""
-    learning_starts: int = 5_000
-    """Warm-up env steps without updates (WSRL 5,000)."""
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0.0 <= self.offline_ratio <= 1.0:
-            raise ValueError(f"invalid offline_ratio {self.offline_ratio}: expected a fraction in [0, 1]")
-        if self.critic_splits < 1 or self.batch_size % self.critic_splits:
-            raise ValueError(f"invalid critic_splits {self.critic_splits}: expected a positive divisor of "
-                             f"batch_size {self.batch_size}")
-        if self.warmup_actions not in ("policy", "random"):
-            raise ValueError(f"invalid warmup_actions {self.warmup_actions!r}: expected 'policy' or 'random'")
-
-
-@dataclass(frozen=True)
-class RLPDConfig(WSRLConfig):
-    """The RLPD-style baseline of WSRL's code: the same SAC, no pre-training, 50/50 offline/online batches,
-    uniform random actions during the first learning_starts env steps."""
-
-    offline_ratio: float = 0.5
-    """Fraction of every batch drawn from --dataset (RLPD: 0.5)."""
-    warmup_actions: Literal["policy", "random"] = "random"
-    """Who acts during the first learning_starts env steps (no updates then): the policy or uniform random."""
+register(AlgoEntry(
+    "rlpd", SACConfig, SAC, regime="offline-to-online",
+    summary="RLPD baseline: online SAC from scratch with 50/50 offline (--dataset) and online batches",
+    config_defaults={**WSRL_SAC, "critic_splits": 4}, run_defaults=_ONLINE_RUN,
+    loop_defaults={**_WSRL_LOOP, "warmup_actions": "random", "offline_ratio": 0.5},
+    update_step=_update_step, init_from=SAC_CHECKPOINTS, init_fields=NETWORK_FIELDS, requires_dataset=True))

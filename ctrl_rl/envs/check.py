@@ -4,14 +4,20 @@
 message naming the env and the broken rule. It checks:
 
 - the spec: obs shape, action dim and bounds (finite, low <= high; empty for discrete), dt, time
-  limit, backend and id prefix;
+  limit, backend and id prefix; for an env with several observation parts (``spec.obs_parts``):
+  distinct names, images ``image/<camera>`` uint8 ``[C,H,W]``, language int64 token ids ``[L]`` or a
+  float embedding ``[D]``, and ``obs_shape`` the shape of the ``state`` part (``()`` without one);
 - ``reset()`` and every ``step()``: shapes ``[N,*obs_shape]`` / ``[N]``, dtypes (float32 obs and
-  rewards, bool flags), device, finite values;
-- ``terminated & truncated`` never both set; ``final_obs == obs`` where the episode did not end;
-- auto-reset where it can be seen: where an episode ended, ``obs`` differs from ``final_obs`` (a new
-  episode started); no episode runs past ``spec.max_episode_steps`` and every episode that reaches it
-  ends; when the env reports ``info["elapsed_step"]`` (steps of the episode each step belongs to) it
-  must count 1, 2, ... from every reset, so the step after an auto-reset is a real first step;
+  rewards, bool flags), device, finite values; a multi-part observation is a dict holding exactly the
+  spec's parts, each ``[N,*part.shape]`` with the part's dtype, on the env's device, float parts
+  finite and token ids >= 0;
+- ``terminated & truncated`` never both set; ``final_obs == obs`` (every part) where the episode did
+  not end;
+- auto-reset where it can be seen: where an episode ended, ``obs`` differs from ``final_obs`` in at
+  least one part (a new episode started); no episode runs past ``spec.max_episode_steps`` and every
+  episode that reaches it ends; when the env reports ``info["elapsed_step"]`` (steps of the episode
+  each step belongs to) it must count 1, 2, ... from every reset, so the step after an auto-reset is
+  a real first step;
 - returned tensors are not overwritten by later steps;
 - seeding: ``reset(seed)`` twice gives the same observations and the same first steps, and a
   ``twin`` env made with the same arguments gives the same first ``reset()`` observation.
@@ -25,6 +31,7 @@ import math
 
 import torch
 
+from ctrl_rl.core.obs import Obs, obs_clone, obs_equal, obs_index, state_shape
 from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, StepOut
 
 _BACKEND_PREFIX = {"torch": "torch:", "envpool": "envpool:", "gymnasium": "gym:", "dmc": "dmc:"}
@@ -71,7 +78,7 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
     if twin is not None:
         twin_obs = twin.reset()
         _check_obs(twin_obs, "twin.reset()", n, spec, device, need)
-        need(torch.equal(obs0, twin_obs), "two envs made with the same seed give different first observations")
+        need(obs_equal(obs0, twin_obs), "two envs made with the same seed give different first observations")
 
     # Seeded resets are deterministic, and so are the first steps after them.
     gen = torch.Generator(device=device)
@@ -79,12 +86,12 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
     probe = [random_actions(spec, n, device, gen) for _ in range(3)]
     runs = []
     for _ in range(2):
-        trace = [env.reset(seed=seed).clone()]
-        trace += [env.step(a).obs.clone() for a in probe]
+        trace = [obs_clone(env.reset(seed=seed))]
+        trace += [obs_clone(env.step(a).obs) for a in probe]
         runs.append(trace)
-    need(torch.equal(runs[0][0], runs[1][0]), f"reset(seed={seed}) twice gives different observations")
+    need(obs_equal(runs[0][0], runs[1][0]), f"reset(seed={seed}) twice gives different observations")
     need(
-        all(torch.equal(a, b) for a, b in zip(runs[0], runs[1])),
+        all(obs_equal(a, b) for a, b in zip(runs[0], runs[1])),
         f"the same actions after reset(seed={seed}) give different observations",
     )
 
@@ -94,7 +101,7 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
     ep_len = torch.zeros(n, dtype=torch.int64, device=device)  # [N] steps since each env's reset
     limit = spec.max_episode_steps
     prev: StepOut | None = None
-    prev_copy: tuple[torch.Tensor, torch.Tensor] | None = None
+    prev_copy: tuple[Obs, Obs] | None = None
     for t in range(steps):
         action = random_actions(spec, n, device, gen)
         _check_action(action, spec, n, need)
@@ -109,13 +116,12 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
         _check_vec(out.truncated, f"{where} truncated", n, torch.bool, device, need)
         need(not bool((out.terminated & out.truncated).any()), f"{where}: terminated and truncated both set for an env")
         done = out.done  # [N]
-        flat_obs, flat_final = out.obs.reshape(n, -1), out.final_obs.reshape(n, -1)  # [N,O]
         need(
-            torch.equal(flat_obs[~done], flat_final[~done]),
+            obs_equal(obs_index(out.obs, ~done), obs_index(out.final_obs, ~done)),
             f"{where}: final_obs differs from obs for envs whose episode did not end",
         )
         need(
-            bool((flat_obs[done] != flat_final[done]).any(dim=1).all()),
+            bool(_rows_differ(out.obs, out.final_obs, n)[done].all()),
             f"{where}: obs equals final_obs for an env whose episode ended (no auto-reset in the same step?)",
         )
         ep_len += 1
@@ -132,10 +138,10 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
         ep_len.masked_fill_(done, 0)
         if prev is not None and prev_copy is not None:
             need(
-                torch.equal(prev.obs, prev_copy[0]) and torch.equal(prev.final_obs, prev_copy[1]),
+                obs_equal(prev.obs, prev_copy[0]) and obs_equal(prev.final_obs, prev_copy[1]),
                 f"{where}: tensors returned by the previous step were overwritten",
             )
-        prev, prev_copy = out, (out.obs.clone(), out.final_obs.clone())
+        prev, prev_copy = out, (obs_clone(out.obs), obs_clone(out.final_obs))
 
 
 def _check_spec(env: BatchedEnv, need) -> None:
@@ -143,10 +149,13 @@ def _check_spec(env: BatchedEnv, need) -> None:
     need(isinstance(spec, EnvSpec), f"spec is {type(spec).__name__}, expected EnvSpec")
     need(isinstance(env.num_envs, int) and env.num_envs >= 1, f"num_envs={env.num_envs!r}, expected an int >= 1")
     need(isinstance(env.device, torch.device), f"device is {type(env.device).__name__}, expected torch.device")
-    need(
-        isinstance(spec.obs_shape, tuple) and len(spec.obs_shape) >= 1 and all(isinstance(s, int) and s >= 1 for s in spec.obs_shape),
-        f"spec.obs_shape={spec.obs_shape!r}, expected a tuple of positive ints",
-    )
+    if spec.is_flat:
+        need(
+            isinstance(spec.obs_shape, tuple) and len(spec.obs_shape) >= 1 and all(isinstance(s, int) and s >= 1 for s in spec.obs_shape),
+            f"spec.obs_shape={spec.obs_shape!r}, expected a tuple of positive ints",
+        )
+    else:
+        _check_parts(spec, need)
     need(isinstance(spec.action_dim, int) and spec.action_dim >= 1, f"spec.action_dim={spec.action_dim!r}, expected an int >= 1")
     if spec.discrete:
         need(spec.action_low == () and spec.action_high == (), "discrete spec has action bounds, expected empty tuples")
@@ -175,12 +184,64 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
+def _check_parts(spec: EnvSpec, need) -> None:
+    """The parts of a multi-part observation are well formed (see the module docstring)."""
+    names = [p.name for p in spec.obs_parts]
+    need(len(set(names)) == len(names), f"spec.obs_parts has repeated names {names}")
+    need(
+        tuple(spec.obs_shape) == state_shape(spec.obs_parts),
+        f"spec.obs_shape={spec.obs_shape!r}, expected the 'state' part's shape {state_shape(spec.obs_parts)}",
+    )
+    for p in spec.obs_parts:
+        if p.kind == "image":
+            need(
+                p.dtype == torch.uint8 and len(p.shape) == 3,
+                f"image part {p.name!r} is {p.dtype} {list(p.shape)}, expected torch.uint8 [C,H,W]",
+            )
+        elif p.kind == "language":
+            need(
+                len(p.shape) == 1 and (p.dtype == torch.int64 or p.dtype.is_floating_point),
+                f"language part {p.name!r} is {p.dtype} {list(p.shape)}, expected int64 token ids [L] or a float embedding [D]",
+            )
+        elif p.name == "state":
+            need(p.dtype.is_floating_point, f"state part has dtype {p.dtype}, expected a floating-point dtype")
+
+
+def _rows_differ(a: Obs, b: Obs, n: int) -> torch.Tensor:
+    """``[N]`` bool: row i of ``a`` differs from row i of ``b`` in at least one element of one part."""
+    if isinstance(a, torch.Tensor):
+        return (a.reshape(n, -1) != b.reshape(n, -1)).any(dim=1)  # [N]
+    differ = torch.zeros(n, dtype=torch.bool, device=next(iter(a.values())).device)  # [N]
+    for k, v in a.items():
+        differ |= (v.reshape(n, -1) != b[k].reshape(n, -1)).any(dim=1)
+    return differ
+
+
 def _check_obs(x, what: str, n: int, spec: EnvSpec, device: torch.device, need) -> None:
+    if not spec.is_flat:
+        _check_obs_parts(x, what, n, spec, device, need)
+        return
     need(isinstance(x, torch.Tensor), f"{what} is {type(x).__name__}, expected a torch.Tensor")
     need(tuple(x.shape) == (n, *spec.obs_shape), f"{what} has shape {tuple(x.shape)}, expected {(n, *spec.obs_shape)}")
     need(x.dtype == torch.float32, f"{what} has dtype {x.dtype}, expected torch.float32")
     need(_same_device(x.device, device), f"{what} is on {x.device}, expected env.device {device}")
     need(bool(torch.isfinite(x).all()), f"{what} has non-finite values")
+
+
+def _check_obs_parts(x, what: str, n: int, spec: EnvSpec, device: torch.device, need) -> None:
+    names = [p.name for p in spec.parts]
+    need(isinstance(x, dict), f"{what} is {type(x).__name__}, expected a dict of the observation parts {names}")
+    need(sorted(x) == sorted(names), f"{what} has parts {list(x)}, expected {names}")
+    for p in spec.parts:
+        v, where = x[p.name], f"{what} part {p.name!r}"
+        need(isinstance(v, torch.Tensor), f"{where} is {type(v).__name__}, expected a torch.Tensor")
+        need(tuple(v.shape) == (n, *p.shape), f"{where} has shape {tuple(v.shape)}, expected {(n, *p.shape)}")
+        need(v.dtype == p.dtype, f"{where} has dtype {v.dtype}, expected {p.dtype}")
+        need(_same_device(v.device, device), f"{where} is on {v.device}, expected env.device {device}")
+        if v.is_floating_point():
+            need(bool(torch.isfinite(v).all()), f"{where} has non-finite values")
+        elif p.kind == "language":
+            need(bool((v >= 0).all()), f"{where} has negative token ids")
 
 
 def _check_vec(x, what: str, n: int, dtype: torch.dtype, device: torch.device, need) -> None:

@@ -2,12 +2,16 @@
 
 Shape letters: N envs, O obs dim, A action dim.
 
-- ``reset(seed) -> obs [N,O]`` (float32, on ``env.device``).
+- Observations are ``Obs`` (``ctrl_rl.core.obs``): an env whose observation is the single float32
+  ``state`` part (every vector env) passes a plain tensor ``[N,O]``; an env with other parts (camera
+  images, language) passes a ``dict[str, Tensor]`` keyed by part name, each ``[N,*part.shape]`` with the
+  part's dtype (images uint8 ``[N,C,H,W]``). ``spec.parts`` lists the parts either way.
+- ``reset(seed) -> obs`` (on ``env.device``).
 - ``step(action) -> StepOut``. ``action`` is ``[N,A]`` float32 for continuous envs and ``[N]`` int64
   for discrete envs. Reset is automatic *in the same step*: for an env whose episode just ended
   (``terminated | truncated``), ``obs`` already holds the first observation of the next episode and
   ``final_obs`` holds the last observation of the episode that ended, so that truncation can bootstrap
-  from it. For envs that did not end, ``final_obs`` equals ``obs``.
+  from it. For envs that did not end, ``final_obs`` equals ``obs`` (every part).
 - ``terminated`` is a true environment termination (no bootstrap); ``truncated`` is a time limit or
   other cut (bootstrap from ``final_obs``). Both are ``[N]`` bool; an env never has both set (a
   terminal state reached on the last allowed step counts as terminated).
@@ -22,6 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from ctrl_rl.core.obs import Obs, ObsPart, is_flat, parts_from_shape, state_shape
+
 
 @dataclass(frozen=True)
 class EnvSpec:
@@ -29,7 +35,9 @@ class EnvSpec:
 
     Attributes:
         env_id: the id the env was made from, including the backend prefix (``torch:Pendulum``).
-        obs_shape: shape of one observation (``(O,)`` for vector observations).
+        obs_shape: shape of one observation (``(O,)`` for vector observations). For an env with
+            several observation parts (``obs_parts`` set), the shape of its ``state`` part, or ``()``
+            when it has none.
         discrete: True for a discrete action space.
         action_dim: A for continuous actions, the number of actions for discrete ones.
         action_low: per-dimension lower bound of continuous actions (empty for discrete).
@@ -37,6 +45,9 @@ class EnvSpec:
         dt: seconds of simulated time per step (0.0 when unknown).
         max_episode_steps: the time limit applied by the env itself, or None.
         backend: "torch", "envpool", "gymnasium" or "dmc".
+        obs_parts: the named parts of the observation (see ``ctrl_rl.core.obs``); empty (the default,
+            every vector env) means the single float32 ``state`` part of shape ``obs_shape``. Use
+            ``parts`` to read the effective tuple.
     """
 
     env_id: str
@@ -48,9 +59,34 @@ class EnvSpec:
     dt: float = 0.0
     max_episode_steps: int | None = None
     backend: str = "torch"
+    obs_parts: tuple[ObsPart, ...] = ()
+
+    def __post_init__(self):
+        if not self.obs_parts:
+            return
+        object.__setattr__(self, "obs_parts", tuple(self.obs_parts))  # a list would make the spec unhashable
+        names = [getattr(p, "name", p) for p in self.obs_parts]
+        if not all(isinstance(p, ObsPart) for p in self.obs_parts) or len(set(names)) != len(names):
+            raise ValueError(f"{self.env_id}: obs_parts {names} must be ObsPart entries with distinct names.")
+        if tuple(self.obs_shape) != state_shape(self.obs_parts):
+            raise ValueError(f"{self.env_id}: obs_shape {tuple(self.obs_shape)} must be the shape of the 'state' "
+                             f"observation part, {state_shape(self.obs_parts)}.")
+
+    @property
+    def parts(self) -> tuple[ObsPart, ...]:
+        """The observation's parts: ``obs_parts``, or the single float32 ``state`` part of ``obs_shape``."""
+        return self.obs_parts if self.obs_parts else parts_from_shape(self.obs_shape)
+
+    @property
+    def is_flat(self) -> bool:
+        """True when observations are plain ``[N,*obs_shape]`` float32 tensors (the single ``state`` part)."""
+        return not self.obs_parts or is_flat(self.obs_parts)
 
     @property
     def obs_dim(self) -> int:
+        """O: elements of one observation; for a multi-part env those of its ``state`` part (0 without one)."""
+        if not self.is_flat and not self.obs_shape:
+            return 0
         n = 1
         for s in self.obs_shape:
             n *= s
@@ -61,11 +97,11 @@ class EnvSpec:
 class StepOut:
     """Result of one batched step; see the module docstring for the semantics."""
 
-    obs: torch.Tensor  # [N,O] float32
+    obs: Obs  # [N,O] float32, or a dict of parts [N,*part.shape]
     reward: torch.Tensor  # [N] float32
     terminated: torch.Tensor  # [N] bool
     truncated: torch.Tensor  # [N] bool
-    final_obs: torch.Tensor  # [N,O] float32
+    final_obs: Obs  # [N,O] float32, or a dict of parts [N,*part.shape]
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -79,7 +115,7 @@ class BatchedEnv(Protocol):
     spec: EnvSpec
     device: torch.device
 
-    def reset(self, seed: int | None = None) -> torch.Tensor: ...
+    def reset(self, seed: int | None = None) -> Obs: ...
 
     def step(self, action: torch.Tensor) -> StepOut: ...
 

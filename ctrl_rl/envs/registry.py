@@ -191,9 +191,9 @@ def _require(module: str | None, env_id: str) -> None:
 
 
 def _torch_envs() -> dict[str, Any]:
-    from ctrl_rl.envs.torch_envs import TORCH_ENVS
+    from ctrl_rl.envs.torch_envs import TORCH_ENVS, TORCH_PIXEL_ENVS
 
-    return dict(TORCH_ENVS)
+    return {**TORCH_ENVS, **TORCH_PIXEL_ENVS}
 
 
 def _envpool_tasks() -> set[str]:

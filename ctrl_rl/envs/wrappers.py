@@ -2,6 +2,8 @@
 
 Each wrapper is itself a BatchedEnv and forwards ``state_dict``/``load_state_dict`` to the env it wraps,
 so checkpoints hold normalizer statistics and (for torch-native simulators) the full simulator state.
+Observations are passed through as they come (``Obs``: a tensor, or a dict of parts for envs with
+images), except by ``ObsNormalize``, which normalizes the float ``state`` part only.
 Shape letters: N envs, O obs dim, A action dim.
 """
 
@@ -12,6 +14,7 @@ import dataclasses
 import torch
 
 from ctrl_rl.core.nets import RunningNorm
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.envs.protocol import BatchedEnv, StepOut
 
 
@@ -29,7 +32,7 @@ class Wrapper:
         self.spec = env.spec
         self.device = env.device
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         return self.env.reset(seed)
 
     def act(self, action: torch.Tensor) -> torch.Tensor:
@@ -88,7 +91,7 @@ class EpisodeStats(Wrapper):
         self.ret = torch.zeros(self.num_envs, device=self.device)  # [N]
         self.len = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         self.ret.zero_()
         self.len.zero_()
         return self.env.reset(seed)
@@ -150,25 +153,36 @@ class ObsNormalize(Wrapper):
 
     PPO normalizes inside its policy instead (so exports fold it in); this wrapper serves loops and
     algorithms that want normalized observations from the env itself. ``final_obs`` is normalized with
-    the same statistics as ``obs``.
+    the same statistics as ``obs``. For an env with several observation parts only the float ``state``
+    part is normalized (images and language pass through); an env without one is refused.
     """
 
     def __init__(self, env: BatchedEnv, clip: float = 10.0, update: bool = True):
         super().__init__(env)
-        self.norm = RunningNorm(env.spec.obs_shape, clip=clip).to(self.device)
+        spec = env.spec
+        self._flat = spec.is_flat
+        if not self._flat and not any(p.name == "state" and p.dtype.is_floating_point for p in spec.parts):
+            raise ValueError(f"ObsNormalize normalizes the float 'state' observation part, but {spec.env_id} has "
+                             f"only the parts {[p.name for p in spec.parts]}.")
+        self.norm = RunningNorm(spec.obs_shape, clip=clip).to(self.device)  # obs_shape is the state part's
         self.update = update
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def _apply(self, obs: Obs) -> Obs:
+        if self._flat:  # the usual case: the observation is the state tensor
+            return self.norm(obs)
+        return {**obs, "state": self.norm(obs["state"])}  # a new dict: the env's own dict is left as it was
+
+    def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
         if self.update:
-            self.norm.update(obs)
-        return self.norm(obs)
+            self.norm.update(obs if self._flat else obs["state"])
+        return self._apply(obs)
 
     def out(self, out: StepOut) -> StepOut:
         if self.update:
-            self.norm.update(out.obs)
-        out.final_obs = self.norm(out.final_obs)
-        out.obs = self.norm(out.obs)
+            self.norm.update(out.obs if self._flat else out.obs["state"])
+        out.final_obs = self._apply(out.final_obs)
+        out.obs = self._apply(out.obs)
         return out
 
     def own_state(self) -> dict:

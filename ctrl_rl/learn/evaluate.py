@@ -8,7 +8,11 @@ from typing import Callable, Literal
 
 import torch
 
+from ctrl_rl.config import parse_saved
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.runtime import build_env, setup_device
+from ctrl_rl.storage.datasets.scores import normalized_score
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class EvalOptions:
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
+        if self.max_steps < 1:
+            raise UserInputError(f"invalid --max-steps {self.max_steps!r}: expected a positive number of steps per episode")
 
 
 @torch.no_grad()
@@ -55,43 +61,55 @@ def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int,
     return returns[finished], lengths[finished]
 
 
-@torch.no_grad()
-def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
-    from ctrl_rl.config import ALGO_CONFIGS, RunConfig, from_dict
-    from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
-    from ctrl_rl.learn.onpolicy import build_env
+def evaluate_policy(algo, run, episodes: int, seed: int) -> tuple[float, float | None, str]:
+    """Mean deterministic return over ``episodes`` episodes in ``run.env``, its normalized score and the table used
+    (or, instead of a score, the sentence saying why there is none)."""
+    env = build_env(dataclasses.replace(run, reward_scale=False), episodes, seed)
+    try:
+        returns, _ = run_episodes(lambda o: algo.act(o, deterministic=True), env, seed)
+    finally:
+        env.close()
+    mean = float(returns.mean()) if returns.numel() else float("nan")
+    try:
+        score, source = normalized_score(run.env, mean)
+        return mean, float(score), source
+    except UserInputError as e:
+        return mean, None, str(e)
 
+
+def load_policy(path: str, device: str = "cpu", env: str | None = None, seed: int = 0):
+    """``(algorithm, run config, checkpoint path, checkpoint)`` of a run directory or checkpoint file, the
+    algorithm rebuilt through its registry entry with the checkpoint's weights, for ``env`` (default: the run's)."""
+    setup_device(device, 0)
     ck_path = find_checkpoint(path)
     ck = load_checkpoint(ck_path)
-    name = ck.get("algo")
-    if name not in ALGO_CONFIGS:
-        raise UserInputError(f"checkpoint {str(ck_path)!r} holds an unknown algorithm {name!r}: expected one of {sorted(ALGO_CONFIGS)}")
-    run = from_dict(RunConfig, ck["config"]["run"], "checkpoint run config")
-    cfg = from_dict(ALGO_CONFIGS[name], ck["config"]["algo"], f"checkpoint {name} config")
-    run = dataclasses.replace(run, env=opts.env or run.env, device=opts.device, reward_scale=False)
-    env = build_env(run, opts.episodes, opts.seed, cfg.gamma)
+    saved = ck.get("config") if isinstance(ck.get("config"), dict) else {}
+    entry, run, cfg = parse_saved({"algo": ck.get("algo"), "run": saved.get("run"), "config": saved.get("algo")},
+                                  f"checkpoint {str(ck_path)!r}")
+    run = dataclasses.replace(run, env=env or run.env, device=device, reward_scale=False)
+    probe_env = build_env(run, 1, seed)
+    spec = probe_env.spec
+    probe_env.close()
+    algo = entry.make(cfg, spec, torch.device(device), torch.Generator(device))
     algo_state = ck["algo_state"] if "algo_state" in ck else ck["ranks"][0]["algo_state"]
-    if name == "ppo":
-        from ctrl_rl.algos.ppo import PPO
-
-        probe = PPO(cfg, env.spec, opts.device)
-        policy = (lambda o: probe.sample(o)[0]) if opts.stochastic else (lambda o: probe.act(o, deterministic=True))
-    else:
-        from ctrl_rl.learn.offline import OFFLINE_ALGOS, make_offline_algo
-        from ctrl_rl.learn.offpolicy import make_offpolicy_algo
-
-        make = make_offline_algo if name in OFFLINE_ALGOS else make_offpolicy_algo
-        probe = make(name, cfg, env.spec, torch.device(opts.device), torch.Generator(opts.device))
-        policy = (lambda o: probe.act(o, deterministic=not opts.stochastic))
     try:
-        probe.load_state_dict(algo_state)
-    except RuntimeError:
+        algo.load_state_dict(algo_state)
+    except (RuntimeError, KeyError, ValueError):
         raise UserInputError(f"env {run.env!r} does not fit the policy in {str(ck_path)!r} (shape mismatch): "
                              "expected an env with the training env's observation and action shapes") from None
-    if name != "ppo":
-        probe.gen.manual_seed(opts.seed)  # the loaded state carries the training generator; evaluation has its own
-    done, lengths = run_episodes(policy, env, opts.seed, opts.max_steps)
-    env.close()
+    algo.gen.manual_seed(seed)  # the loaded state carries the training generator; evaluation has its own
+    return algo, run, ck_path, ck
+
+
+@torch.no_grad()
+def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
+    algo, run, ck_path, ck = load_policy(path, opts.device, opts.env, opts.seed)
+    env = build_env(run, opts.episodes, opts.seed)
+    try:
+        done, lengths = run_episodes(lambda o: algo.act(o, deterministic=not opts.stochastic), env, opts.seed,
+                                     opts.max_steps)
+    finally:
+        env.close()
     n = done.numel()
     return {
         "checkpoint": str(ck_path), "env": run.env, "step": ck["counters"]["step"], "episodes": n,

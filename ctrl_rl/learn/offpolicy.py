@@ -1,22 +1,21 @@
-"""The off-policy training loop: envs -> replay buffer -> algorithm.update x UTD -> logging and checkpoints.
+"""The off-policy training loop: envs -> replay buffer -> algorithm update x UTD -> logging and checkpoints.
 
-One iteration steps all N envs once (N transitions). The first ``learning_starts`` env steps take
-uniformly random actions in ``[-1, 1]^A`` and make no updates; after that the policy samples actions and
-every iteration makes ``utd_ratio * N`` updates (fractions carry over to the next iteration), each on a
-fresh batch of ``batch_size`` transitions drawn with the algorithm's generator. Updates return device
-tensors; the loop syncs with the host once per log step, where it also checks for NaN/inf.
+One iteration steps all N envs once (N transitions). The first ``learning_starts`` env steps make no update
+and act with uniformly random actions in ``[-1, 1]^A`` (``warmup_actions="random"``) or with the policy,
+sampling (``"policy"``: WSRL's frozen warm-up); after that the policy acts and every iteration makes
+``utd_ratio * N`` updates (fractions carry over to the next iteration). How one update draws its batch is
+the registry entry's ``update_step`` (default: one batch of ``batch_size`` with the algorithm's generator).
+Updates return device tensors; the loop syncs with the host once per log step, where it also checks for NaN/inf.
 
 The replay buffer goes into checkpoints only with ``--save-replay`` (it can be GBs); a run resumed
 without it starts from an empty buffer and updates again once the buffer holds ``batch_size``
 transitions. With the replay saved, a resumed run on torch-native envs equals the uninterrupted run.
 
-Offline-to-online algorithms run in the same loop (``ctrl_rl.algos.wsrl``, ``SACFlowO2OConfig``):
-``--init`` starts from a pre-trained checkpoint (its network shape fields replace the config's), ``--dataset``
-with ``offline_ratio`` mixes offline data into every batch, ``warmup_actions`` lets the (frozen) policy act
-during the first ``learning_starts`` steps, WSRL/RLPD batches are cut into ``critic_splits`` critic minibatches,
-and SAC Flow O2O first makes ``offline_steps`` offline gradient steps (logged with ``"phase": "offline"`` at
-step 0). With ``--eval-every K`` (env steps) the deterministic policy is evaluated at step 0 (after any
-pre-training) and every K steps, logging ``eval_return`` and ``normalized_score``.
+Offline-to-online runs use the same loop: ``--init`` starts from a pre-trained checkpoint of one of the
+entry's ``init_from`` algorithms (its ``init_fields`` replace the config's), ``--dataset`` with ``offline_ratio``
+mixes offline data into every batch, ``clip_actions`` clips stored actions. An entry with a ``pretrain_step``
+first runs an offline pre-training run (``ctrl_rl.learn.train``). With ``--eval-every K`` (env steps) the
+deterministic policy is evaluated at step 0 and every K steps, logging ``eval_return`` and ``normalized_score``.
 """
 
 from __future__ import annotations
@@ -28,55 +27,45 @@ from pathlib import Path
 
 import torch
 
-from ctrl_rl.config import RunConfig, to_dict
-from ctrl_rl.core.seeding import seed_everything
+from ctrl_rl.algos import registry
+from ctrl_rl.config import RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
-from ctrl_rl.learn.onpolicy import TrainingDiverged, TrainResult, build_env
-from ctrl_rl.learn.runtime import open_run_dir, progress_bar, setup_device, single_thread_by_default
-from ctrl_rl.storage.replay import ReplayBuffer
+from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.evaluate import evaluate_policy
+from ctrl_rl.learn.runtime import (
+    RunContext,
+    TrainResult,
+    build_env,
+    check_env_memory,
+    check_memory,
+    load_state,
+    probe_spec,
+)
+from ctrl_rl.storage.datasets import open_dataset, to_replay
+from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
 
 
-INIT_ALGOS = ("cql", "calql", "sac", "wsrl", "rlpd")  # checkpoints whose state loads into SAC
-
-
-def make_offpolicy_algo(name: str, cfg, spec, device: torch.device, gen: torch.Generator):
-    if name in ("sac_flow", "sac_flow_o2o"):
-        from ctrl_rl.algos.sac_flow import SACFlow
-
-        return SACFlow(cfg, spec, device, gen)
-    if name in ("wsrl", "rlpd"):
-        from ctrl_rl.algos.cql import build_sac
-
-        return build_sac(cfg, spec, device, gen)
-    from ctrl_rl.algos.sac import SAC
-
-    return SAC(cfg, spec, device, gen)
-
-
-def read_init(cfg, spec) -> tuple[object, dict, str]:
-    """The fine-tuning config with the network shape fields of ``cfg.init``'s checkpoint, that checkpoint's algo
-    state and its path. Refuses checkpoints that cannot load into SAC or do not fit the env."""
-    from ctrl_rl.learn.checkpoint import find_checkpoint
-
-    path = find_checkpoint(cfg.init)
-    ck = load_checkpoint(path)
-    if ck.get("algo") not in INIT_ALGOS:
-        raise UserInputError(f"--init {str(path)!r} holds a {ck.get('algo')!r} run: expected a checkpoint of one of "
-                             f"{list(INIT_ALGOS)} (their actor, critics and temperature load into SAC)")
-    return with_network_shape(cfg, ck["config"]["algo"]), ck["algo_state"], str(path)
-
-
-def with_network_shape(cfg, saved: dict):
-    """``cfg`` with the network shape fields (``NETWORK_FIELDS``) of a saved config dict."""
-    from ctrl_rl.algos.wsrl import NETWORK_FIELDS
-
-    shape = {k: tuple(saved[k]) if isinstance(saved[k], list) else saved[k] for k in NETWORK_FIELDS if k in saved}
+def with_network_shape(cfg, saved: dict, fields: tuple[str, ...]):
+    """``cfg`` with the network shape ``fields`` of a saved config dict."""
+    shape = {k: tuple(saved[k]) if isinstance(saved[k], list) else saved[k] for k in fields if k in saved}
     return dataclasses.replace(cfg, **shape)
 
 
+def read_init(entry, cfg, init: str) -> tuple[object, dict, str]:
+    """The config with the network shape fields of ``init``'s checkpoint, that checkpoint's algo state and its
+    path. Refuses checkpoints of algorithms the entry cannot start from."""
+    if not entry.init_from:
+        raise UserInputError(f"--init is not used by {entry.name!r}: expected no --init (it trains from scratch)")
+    path = find_checkpoint(init)
+    ck = load_checkpoint(path)
+    if ck.get("algo") not in entry.init_from:
+        raise UserInputError(f"--init {str(path)!r} holds a {ck.get('algo')!r} run: expected a checkpoint of one of "
+                             f"{list(entry.init_from)} (their networks load into {entry.name})")
+    return with_network_shape(cfg, ck["config"]["algo"], entry.init_fields), ck["algo_state"], str(path)
+
+
 def load_init(algo, state: dict, path: str, env_id: str) -> None:
-    """Load a pre-trained SAC-compatible state into ``algo``, keeping ``algo``'s own generator state."""
+    """Load a pre-trained state into ``algo``, keeping ``algo``'s own generator state."""
     try:
         algo.load_state_dict({**state, "gen": algo.gen.get_state()})
     except (RuntimeError, KeyError, ValueError) as e:
@@ -84,24 +73,18 @@ def load_init(algo, state: dict, path: str, env_id: str) -> None:
                              f"({str(e).splitlines()[0][:120]}): expected a checkpoint trained on the same task") from None
 
 
-def open_offline_data(run: RunConfig, cfg, spec, device: torch.device):
-    """The offline replay of ``--dataset`` (actions clipped to ``action_clip``), or None; checks the ratio."""
-    ratio = getattr(cfg, "offline_ratio", None)
+def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
+    """The offline replay of ``--dataset`` (actions clipped to the loop's ``clip_actions``), or None."""
+    loop = run.loop
     if run.dataset is None:
-        if ratio:
-            raise UserInputError(f"--offline-ratio {ratio} needs --dataset PATH_OR_ID: expected a D4RL/ctrl_rl file or "
-                                 "dataset id, or --offline-ratio 0")
+        if loop.offline_ratio:
+            raise UserInputError(f"--offline-ratio {loop.offline_ratio} needs --dataset PATH_OR_ID: expected a D4RL/ctrl_rl "
+                                 "file or dataset id, or --offline-ratio 0")
         return None
-    if ratio is None:
-        raise UserInputError(f"--dataset is not used by this algorithm: expected no --dataset (offline data mixes into "
-                             f"wsrl, rlpd and sac_flow_o2o)")
-    if ratio == 0:
+    if loop.offline_ratio == 0 and entry.pretrain_step is None:
         raise UserInputError("--dataset was given with --offline-ratio 0: expected a positive --offline-ratio "
                              "(the fraction of every batch drawn from the dataset)")
-    from ctrl_rl.learn.offline import open_dataset
-    from ctrl_rl.storage.datasets import to_replay
-
-    return to_replay(open_dataset(run.dataset, spec, cfg.action_clip), device)
+    return to_replay(open_dataset(run.dataset, spec, loop.clip_actions), device)
 
 
 class EpisodeTally:
@@ -124,207 +107,154 @@ class EpisodeTally:
 
 def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
                     max_iterations: int | None = None) -> TrainResult:
-    """Train SAC, SAC Flow or an offline-to-online algorithm (wsrl, rlpd, sac_flow_o2o). ``resume`` continues
-    from ``run_dir/checkpoints/latest.pt``; ``max_iterations`` stops early after that many env steps (or offline
-    gradient steps) of this call (simulates an interruption)."""
-    threads_on_entry = torch.get_num_threads()  # restored on return
-    device = setup_device(run.device, run.threads)
-    single_thread_by_default(device, run.threads)
-    gen = seed_everything(run.seed, device)
-    env = build_env(run, run.num_envs, run.seed, cfg.gamma)
-    try:
-        if env.spec.discrete:
-            raise UserInputError(f"{algo_name} needs continuous actions: env {run.env!r} has discrete actions")
-        N, A = run.num_envs, env.spec.action_dim
-        if cfg.buffer_size < N:
-            raise UserInputError(f"--buffer-size {cfg.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
-        init = None
-        if getattr(cfg, "init", None) is not None and resume:  # the shapes this run took from its --init
-            cfg = with_network_shape(cfg, load_checkpoint(run_dir / "checkpoints" / "latest.pt")["config"]["algo"])
-        elif getattr(cfg, "init", None) is not None:
-            cfg, init_state, init_path = read_init(cfg, env.spec)
-            init = (init_state, init_path)
-        elif algo_name == "wsrl" and cfg.init is None:
-            raise UserInputError("`ctrl-rl train wsrl` needs --init RUN_DIR_OR_CHECKPOINT: expected a cql, calql or sac "
-                                 "run to fine-tune (without pre-training use `ctrl-rl train rlpd`)")
-        if algo_name == "sac_flow_o2o" and run.dataset is None:
-            raise UserInputError("`ctrl-rl train sac_flow_o2o` needs --dataset PATH_OR_ID: expected the offline data "
-                                 "it pre-trains on")
-        offline = open_offline_data(run, cfg, env.spec, device)
-        algo = make_offpolicy_algo(algo_name, cfg, env.spec, device, gen)
-        if init is not None:
-            load_init(algo, *init, run.env)
-    except BaseException:
-        env.close()
-        raise
-    buffer = ReplayBuffer(cfg.buffer_size, (env.spec.obs_dim,), A, device)
-    sampler = buffer
-    if offline is not None:
-        from ctrl_rl.storage.replay import MixedSampler
+    """Train an off-policy or offline-to-online algorithm. ``resume`` continues from
+    ``run_dir/checkpoints/latest.pt``; ``max_iterations`` stops early after that many env steps of all envs
+    of this call (simulates an interruption)."""
+    entry = registry.get(algo_name)
+    run = ensure_loop(entry, run)
+    loop = run.loop
+    if entry.requires_init and loop.init is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: expected a run of one of "
+                             f"{list(entry.init_from)} to fine-tune")
+    if entry.requires_dataset and run.dataset is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl .hdf5 "
+                             "file, a generated dataset id or a Minari dataset id")
+    N = run.num_envs
+    if loop.buffer_size < N:
+        raise UserInputError(f"--buffer-size {loop.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
+    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+        gen = ctx.seed(run.seed)
+        spec = probe_spec(run)
+        check_env_memory(run, spec, N, ctx.device)
+        A = 1 if spec.discrete else spec.action_dim
+        check_memory(loop.buffer_size * (8 * spec.obs_dim + 4 * A + 6), f"--buffer-size {loop.buffer_size} of {run.env}",
+                     "--buffer-size", ctx.device)
+        env = build_env(run, N, run.seed, getattr(cfg, "gamma", 0.99))
+        try:
+            if entry.continuous_only and env.spec.discrete:
+                raise UserInputError(f"{algo_name} needs continuous actions: env {run.env!r} has discrete actions")
+            A = env.spec.action_dim
+            init = None
+            if loop.init is not None and ctx.checkpoint is not None:  # the shapes this run took from its --init
+                cfg = with_network_shape(cfg, ctx.checkpoint["config"]["algo"], entry.init_fields)
+            elif loop.init is not None:
+                cfg, init_state, init_path = read_init(entry, cfg, loop.init)
+                init = (init_state, init_path)
+            ctx.cfg = cfg
+            offline = open_offline_data(entry, run, env.spec, ctx.device)
+            algo = entry.make(cfg, env.spec, ctx.device, gen)
+            if init is not None:
+                load_init(algo, *init, run.env)
+            buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, A, ctx.device)
+        except BaseException:
+            env.close()
+            raise
+        try:
+            return _run(ctx, entry, run, cfg, env, algo, buffer, offline, max_iterations)
+        finally:
+            env.close()
 
-        sampler = MixedSampler(buffer, offline, cfg.offline_ratio)
-    update = _update_rule(algo_name, algo, cfg, sampler)
-    random_warmup = getattr(cfg, "warmup_actions", "random") == "random"
-    clip = getattr(cfg, "action_clip", None)
-    offline_total = getattr(cfg, "offline_steps", 0)
+
+def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline, max_iterations) -> TrainResult:
+    loop, gen, device = run.loop, ctx.gen, ctx.device
+    N, A = run.num_envs, env.spec.action_dim
+    sampler = buffer if offline is None or loop.offline_ratio == 0 else MixedSampler(buffer, offline, loop.offline_ratio)
+    B = loop.batch_size
+
+    def update() -> dict:
+        return entry.update_step(algo, sampler, B, cfg)
+
+    random_warmup = loop.warmup_actions == "random"
+    clip = loop.clip_actions
     iterations = math.ceil(run.total_steps / N)
-
-    ck_dir = run_dir / "checkpoints"
-    it, step, updates, credit, wall0, last_return = 0, 0, 0, 0.0, 0.0, float("nan")
-    pre, next_eval = 0, 0
-    if resume:
-        ck = load_checkpoint(ck_dir / "latest.pt", expect_algo=algo_name)
-        algo.load_state_dict(ck["algo_state"])
-        env.load_state_dict(ck["env_state"])
+    it, step, updates, credit, last_return, next_eval = 0, 0, 0, 0.0, float("nan"), 0
+    if ctx.checkpoint is not None:
+        ck, c = ctx.checkpoint, ctx.counters
+        load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")
+        load_state(env, ck["env_state"], "environments", ctx.ck_dir / "latest.pt")
         obs = ck["obs"].to(device)
         if ck.get("replay") is not None:
             buffer.load_state_dict(ck["replay"])
-        set_global_rng_state(ck["rng"])
-        c = ck["counters"]
+        ctx.restore_rng()
         it, step, updates, credit = c["iteration"], c["step"], c["updates"], c["credit"]
-        wall0, last_return = c["wall_time"], c["last_return"]
-        pre, next_eval = c.get("offline_step", 0), c.get("next_eval", 0)
+        last_return, next_eval = c["last_return"], c.get("next_eval", 0)
     else:
         obs = env.reset(seed=run.seed)  # [N,O]
-
-    logger = open_run_dir(run_dir, algo_name, run, cfg, step if resume else None)
-    bar = progress_bar(run.progress, iterations * N, step, f"{algo_name} {run.env}")
-
-    def check_finite(info: dict[str, float], where: str) -> None:
-        bad = [k for k, v in info.items() if not math.isfinite(v)]
-        if bad or not algo.parameters_finite():
-            what = f"loss {bad[0]}" if bad else "a network parameter"
-            raise TrainingDiverged(f"training diverged at {where}: {what} became NaN/inf; "
-                                   f"the last good checkpoint is {ck_dir / 'latest.pt'}")
-
-    saved_at = (pre, it)
+    ctx.start(iterations * N, step, f"{entry.name} {run.env}")
+    saved_at = it
 
     def checkpoint(snapshot: bool = False) -> None:
         nonlocal saved_at
-        check_finite({}, f"step {step}")
-        payload = {
-            "algo": algo_name, "config": {"run": to_dict(run), "algo": to_dict(cfg)},
-            "algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu(),
-            "replay": None, "rng": global_rng_state(),
-            "counters": {"iteration": it, "step": step, "updates": updates, "credit": credit,
-                         "wall_time": wall0 + time.time() - t_start, "last_return": last_return,
-                         "offline_step": pre, "next_eval": next_eval}}
+        ctx.check_finite({}, algo, f"step {step}")
+        payload = {"algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu(),
+                   "replay": buffer.state_dict() if loop.save_replay and not snapshot else None}
+        counters = {"iteration": it, "step": step, "updates": updates, "credit": credit, "last_return": last_return,
+                    "next_eval": next_eval}
         if snapshot:
-            save_checkpoint(ck_dir / f"step_{step:09d}.pt", payload)
+            ctx.save(payload, counters, name=f"step_{step:09d}.pt")
             return
-        if run.save_replay:
-            payload["replay"] = buffer.state_dict()
-        save_checkpoint(ck_dir / "latest.pt", payload)
-        saved_at = (pre, it)
+        ctx.save(payload, counters)
+        saved_at = it
 
     def evaluate() -> dict:
-        from ctrl_rl.learn.offline import evaluate_policy
-
         ret, score, source = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
         return {"eval_return": ret, "normalized_score": score, "score_reference": source}
 
     tally = EpisodeTally(N, device)
-    info: dict[str, torch.Tensor] = {}
-    t_start = time.time()
+    info: dict = {}
     done_iters = 0
-    try:
-        if pre < offline_total:  # SAC Flow O2O: offline gradient steps first
-            from ctrl_rl.algos.sac_flow import offline_step
-
-            t_log, pre_log = time.time(), pre
-            while pre < offline_total:
-                if max_iterations is not None and done_iters >= max_iterations:
-                    break
-                info = offline_step(algo, offline, cfg.batch_size)
-                pre += 1
-                done_iters += 1
-                last = pre == offline_total
-                if pre % run.log_every == 0 or last:
-                    vals = dict(zip(info, torch.stack([v.float() for v in info.values()]).tolist()))
-                    check_finite(vals, f"offline gradient step {pre}")
-                    now = time.time()
-                    row = {"step": 0, "phase": "offline", "offline_step": pre, "wall_time": round(wall0 + now - t_start, 3),
-                           "updates_per_s": round((pre - pre_log) / max(now - t_log, 1e-9), 1), **vals}
-                    t_log, pre_log = now, pre
-                    if run.eval_every and (pre % run.eval_every == 0 or last):
-                        row.update(evaluate())
-                    logger.log(row)
-                if pre % run.checkpoint_every == 0 or last:
-                    checkpoint()
-        t_log, step_log, upd_log = time.time(), step, updates
-        while it < iterations and pre >= offline_total:
-            if max_iterations is not None and done_iters >= max_iterations:
-                break
-            if run.eval_every and step >= next_eval:
-                logger.log({"step": step, "wall_time": round(wall0 + time.time() - t_start, 3), **evaluate()})
-                next_eval += run.eval_every
-            if step < cfg.learning_starts and random_warmup:
-                action = torch.rand((N, A), generator=gen, device=device) * 2 - 1  # [N,A] uniform in [-1, 1]
-            else:
-                action = algo.act(obs)  # [N,A]
-            if clip is not None:
-                action = action.clamp(-clip, clip)
-            out = env.step(action)
-            buffer.add(obs, action, out.reward, out.final_obs, out.terminated, out.truncated)
-            tally.add(out.info)
-            obs = out.obs
-            it += 1
-            done_iters += 1
-            step += N
-            if step >= cfg.learning_starts and len(buffer) >= cfg.batch_size:
-                credit += cfg.utd_ratio * N
-                k = int(credit)
-                credit -= k
-                for _ in range(k):
-                    info = update()
-                updates += k
-            if it % run.log_every == 0 or it == iterations:
-                vals = dict(zip(info, torch.stack([v.float() for v in info.values()]).tolist())) if info else {}
-                check_finite(vals, f"step {step} (update {updates})")
-                s, ln, n = tally.pop()
-                if n > 0:
-                    last_return = s / n
-                now = time.time()
-                dt = max(now - t_log, 1e-9)
-                sps, ups = (step - step_log) / dt, (updates - upd_log) / dt
-                t_log, step_log, upd_log = now, step, updates
-                row = {"step": step, "wall_time": round(wall0 + now - t_start, 3), "iteration": it,
-                       "updates": updates, "episode_return": (s / n) if n > 0 else None,
-                       "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(sps, 1),
-                       "updates_per_s": round(ups, 1), "replay_size": len(buffer), **vals}
-                if run.eval_every and it == iterations:
-                    row.update(evaluate())
-                    next_eval = step + run.eval_every
-                logger.log(row)
-                if bar is not None:
-                    bar.set_postfix_str(f"sps={sps:,.0f} ups={ups:,.0f} return="
-                                        f"{'-' if math.isnan(last_return) else f'{last_return:.1f}'}", refresh=False)
-            if bar is not None:
-                bar.update(N)
-            if run.keep_every and it % run.keep_every == 0:
-                checkpoint(snapshot=True)
-            if it % run.checkpoint_every == 0 or it == iterations:
-                checkpoint()
-        if done_iters > 0 and saved_at != (pre, it):
-            checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
-    finally:
-        if bar is not None:
-            bar.close()
-        logger.close()
-        env.close()
-        torch.set_num_threads(threads_on_entry)
-    return TrainResult(run_dir, step, it, last_return, wall0 + time.time() - t_start, algo)
-
-
-def _update_rule(algo_name: str, algo, cfg, sampler):
-    """The loop's update: ``update() -> info`` (device tensors) drawing its batches from ``sampler``."""
-    B = cfg.batch_size
-    if algo_name in ("wsrl", "rlpd"):
-        k = cfg.critic_splits
-        return lambda: algo.update_split([sampler.sample(B // k, algo.gen) for _ in range(k)], sync=False)
-    if algo_name == "sac_flow_o2o":
-        from ctrl_rl.algos.sac_flow import o2o_update
-
-        return lambda: o2o_update(algo, sampler, B, cfg.alpha_reg)
-    gen = algo.gen
-    return lambda: algo.update(sampler.sample(B, gen), sync=False)
+    t_log, step_log, upd_log = time.time(), step, updates
+    while it < iterations:
+        if max_iterations is not None and done_iters >= max_iterations:
+            break
+        if run.eval_every and step >= next_eval:
+            ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), **evaluate()})
+            next_eval += run.eval_every
+        if step < loop.learning_starts and random_warmup:
+            action = torch.rand((N, A), generator=gen, device=device) * 2 - 1  # [N,A] uniform in [-1, 1]
+        else:
+            action = algo.act(obs)  # [N,A]
+        if clip is not None:
+            action = action.clamp(-clip, clip)
+        out = env.step(action)
+        buffer.add(obs, action, out.reward, out.final_obs, out.terminated, out.truncated)
+        tally.add(out.info)
+        obs = out.obs
+        it += 1
+        done_iters += 1
+        step += N
+        if step >= loop.learning_starts and len(buffer) >= B:
+            credit += loop.utd_ratio * N
+            k = int(credit)
+            credit -= k
+            for _ in range(k):
+                info = update()
+            updates += k
+        postfix = None
+        if it % run.log_every == 0 or it == iterations:
+            vals = ctx.floats(info)
+            ctx.check_finite(vals, algo, f"step {step} (update {updates})")
+            s, ln, n = tally.pop()
+            if n > 0:
+                last_return = s / n
+            now = time.time()
+            dt = max(now - t_log, 1e-9)
+            sps, ups = (step - step_log) / dt, (updates - upd_log) / dt
+            t_log, step_log, upd_log = now, step, updates
+            row = {"step": step, "wall_time": round(ctx.wall_time(), 3), "iteration": it,
+                   "updates": updates, "episode_return": (s / n) if n > 0 else None,
+                   "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(sps, 1),
+                   "updates_per_s": round(ups, 1), "replay_size": len(buffer), **vals}
+            if run.eval_every and it == iterations:
+                row.update(evaluate())
+                next_eval = step + run.eval_every
+            ctx.log(row)
+            postfix = f"sps={sps:,.0f} ups={ups:,.0f} return={'-' if math.isnan(last_return) else f'{last_return:.1f}'}"
+        ctx.advance(N, postfix)
+        if loop.keep_every and it % loop.keep_every == 0:
+            checkpoint(snapshot=True)
+        if it % run.checkpoint_every == 0 or it == iterations:
+            checkpoint()
+    if done_iters > 0 and saved_at != it:
+        checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
+    return TrainResult(ctx.run_dir, step, it, last_return, ctx.wall_time(), algo)

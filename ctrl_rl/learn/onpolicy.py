@@ -7,47 +7,28 @@ update (the update's info dict and the episode statistics), at the logging bound
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ctrl_rl.algos.ppo import PPO, PPOConfig
-from ctrl_rl.config import RunConfig, to_dict
-from ctrl_rl.core.seeding import seed_everything
-from ctrl_rl.envs.registry import make_env, resolve_backend
-from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
+from ctrl_rl.algos import registry
+from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
-from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
-from ctrl_rl.learn.runtime import open_run_dir, progress_bar, setup_device
+from ctrl_rl.learn.runtime import (
+    RunContext,
+    TrainResult,
+    build_env,
+    check_env_memory,
+    check_memory,
+    load_state,
+    probe_spec,
+)
 from ctrl_rl.storage.rollout import RolloutStorage
-
-
-class TrainingDiverged(RuntimeError):
-    """A loss or parameter became NaN/inf; the last good checkpoint is kept."""
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    step: int
-    iterations: int
-    last_return: float
-    wall_time: float
-    algo: PPO
-
-
-def build_env(run: RunConfig, num_envs: int, seed: int, gamma: float):
-    env = make_env(run.env, num_envs=num_envs, device=run.device, seed=seed)
-    env = EpisodeStats(env)
-    if not env.spec.discrete:
-        env = ActionRescale(env)
-    if run.reward_scale:
-        env = RewardScale(env, gamma=gamma)
-    return env
 
 
 class Collector:
@@ -92,7 +73,7 @@ class Collector:
         count += info["episode_done"]
         return out.obs
 
-    def collect(self, algo: PPO, storage: RolloutStorage, obs: torch.Tensor) -> torch.Tensor:
+    def collect(self, algo, storage: RolloutStorage, obs: torch.Tensor) -> torch.Tensor:
         T = storage.T
         if len(self.envs) == 1:
             env = self.envs[0]
@@ -132,46 +113,55 @@ class Collector:
 
 def train_onpolicy(
     run: RunConfig,
-    cfg: PPOConfig,
+    algo_name: str,
+    cfg,
     run_dir: Path,
     resume: bool = False,
     max_iterations: int | None = None,
     dist_info: D.DistInfo = D.DistInfo(),
 ) -> TrainResult:
-    """Train PPO. ``resume`` continues from ``run_dir/checkpoints/latest.pt``; ``max_iterations`` stops
-    early after that many updates of this call (used to simulate an interruption in tests)."""
-    threads_on_entry = torch.get_num_threads()  # restored on return: the settings below are process-wide
-    device = setup_device(run.device, run.threads)
+    """Train an on-policy algorithm. ``resume`` continues from ``run_dir/checkpoints/latest.pt``;
+    ``max_iterations`` stops early after that many updates of this call (simulates an interruption)."""
+    entry = registry.get(algo_name)
+    run = ensure_loop(entry, run)
+    loop = run.loop
     W, rank = dist_info.world_size, dist_info.rank
     if run.num_envs % W:
         raise UserInputError(f"--num-envs {run.num_envs} is not divisible by the {W} processes: expected a multiple of {W}")
     n_local = run.num_envs // W
+    cfg_local = cfg
     if dist_info.enabled:
         if cfg.minibatch_size % W:
             raise UserInputError(f"--minibatch-size {cfg.minibatch_size} is not divisible by the {W} processes")
-        from dataclasses import replace
-
-        cfg_local = replace(cfg, minibatch_size=cfg.minibatch_size // W, value_chunk=cfg.value_chunk)
-    else:
-        cfg_local = cfg
-    rank_seed = run.seed + 1_000_003 * rank
-    gen = seed_everything(rank_seed, device)
+        cfg_local = dataclasses.replace(cfg, minibatch_size=cfg.minibatch_size // W)
     backend = resolve_backend(run.env)
-    if run.pipeline and (backend != "envpool" or n_local < 2 or n_local % 2):
+    if loop.pipeline and (backend != "envpool" or n_local < 2 or n_local % 2):
         raise UserInputError(f"--pipeline needs an envpool env and an even number of envs per process: "
                              f"got {run.env!r} ({backend}) with {n_local} envs")
-    if run.pipeline:
-        envs = [build_env(run, n_local // 2, rank_seed, cfg.gamma), build_env(run, n_local // 2, rank_seed + 7919, cfg.gamma)]
-    else:
-        envs = [build_env(run, n_local, rank_seed, cfg.gamma)]
-    env = Collector(envs, device)
-    algo = PPO(
-        cfg_local, env.spec, device, gen,
-        grad_reduce=D.all_reduce_mean_ if dist_info.enabled else None,
-        stats_reduce=D.all_reduce_sum if dist_info.enabled else None,
-    )
-    if dist_info.enabled:
-        D.broadcast_module_(algo.ac)
+    with RunContext(algo_name, run, cfg, run_dir, resume, is_main=dist_info.is_main) as ctx:
+        rank_seed = run.seed + 1_000_003 * rank
+        gen = ctx.seed(rank_seed)
+        gamma = getattr(cfg, "gamma", 0.99)
+        check_env_memory(run, probe_spec(run), n_local, ctx.device)
+        if loop.pipeline:
+            envs = [build_env(run, n_local // 2, rank_seed, gamma), build_env(run, n_local // 2, rank_seed + 7919, gamma)]
+        else:
+            envs = [build_env(run, n_local, rank_seed, gamma)]
+        env = Collector(envs, ctx.device)
+        try:
+            kwargs = {}
+            if dist_info.enabled:
+                kwargs = {"grad_reduce": D.all_reduce_mean_, "stats_reduce": D.all_reduce_sum,
+                          "broadcast": D.broadcast_module_}
+            algo = entry.make(cfg_local, env.spec, ctx.device, gen, **kwargs)
+            return _run(ctx, run, env, algo, n_local, max_iterations, dist_info)
+        finally:
+            env.close()
+
+
+def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, max_iterations, dist_info) -> TrainResult:
+    loop, device = run.loop, ctx.device
+    W, rank = dist_info.world_size, dist_info.rank
     # envpool steps in its own C++ threads: one torch thread while collecting leaves it the cores
     # (measured on 2 cores: HalfCheetah-v5 with 64 envs, 1.2-1.3x end-to-end; experiments/bench/)
     envpool_cpu = env.spec.backend == "envpool" and device.type == "cpu"
@@ -185,109 +175,80 @@ def train_onpolicy(
         # of 20k steps/s. One thread degrades only in proportion to the competition.
         update_threads = 1
         torch.set_num_threads(1)
-    collect_threads = run.collect_threads or (1 if envpool_cpu else update_threads)
-    T = cfg.rollout_steps
+    collect_threads = loop.collect_threads or (1 if envpool_cpu else update_threads)
+    T = algo.rollout_steps
     steps_per_iter = T * run.num_envs
     iterations = math.ceil(run.total_steps / steps_per_iter)
+    A = 1 if env.spec.discrete else env.spec.action_dim
+    check_memory(T * n_local * 4 * (2 * env.spec.obs_dim + A + 4), f"the rollout storage of {T} steps x {n_local} envs",
+                 "--rollout-steps or --num-envs", device)
     storage = RolloutStorage(T, n_local, env.spec, device)
 
-    ck_dir = run_dir / "checkpoints"
-    start_it, step, wall0, last_return = 0, 0, 0.0, float("nan")
-    if resume:
-        ck = load_checkpoint(ck_dir / "latest.pt", expect_algo="ppo")
+    start_it, step, last_return = 0, 0, float("nan")
+    if ctx.checkpoint is not None:
+        ck = ctx.checkpoint
         if W > 1 and ck.get("world_size", 1) != W:
             raise UserInputError(f"checkpoint was written by {ck.get('world_size', 1)} processes: expected {W}")
-        algo.load_state_dict(ck["algo_state"] if W == 1 else ck["ranks"][rank]["algo_state"])
-        env.load_state_dict(ck["env_state"] if W == 1 else ck["ranks"][rank]["env_state"])
+        where = ctx.ck_dir / "latest.pt"
+        load_state(algo, ck["algo_state"] if W == 1 else ck["ranks"][rank]["algo_state"], "networks", where)
+        load_state(env, ck["env_state"] if W == 1 else ck["ranks"][rank]["env_state"], "environments", where)
         obs = (ck["obs"] if W == 1 else ck["ranks"][rank]["obs"]).to(device)
-        set_global_rng_state(ck["rng"])
-        c = ck["counters"]
-        start_it, step, wall0, last_return = c["iteration"], c["step"], c["wall_time"], c["last_return"]
+        ctx.restore_rng()
+        c = ctx.counters
+        start_it, step, last_return = c["iteration"], c["step"], c["last_return"]
     else:
-        obs = env.reset(seed=rank_seed)  # [N,O]
-
-    logger = None
-    if dist_info.is_main:
-        logger = open_run_dir(run_dir, "ppo", run, cfg, step if resume else None)
-
-    bar = progress_bar(run.progress and dist_info.is_main, iterations * steps_per_iter, step, f"ppo {run.env}")
+        obs = env.reset(seed=run.seed + 1_000_003 * rank)  # [N,O]
+    ctx.start(iterations * steps_per_iter, step, f"{ctx.algo_name} {run.env}")
 
     def checkpoint(it: int) -> None:
         state = {"algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu()}
         if dist_info.enabled:
-            gathered = [None] * W
             import torch.distributed as dist
 
+            gathered = [None] * W
             dist.all_gather_object(gathered, state)
-            if not dist_info.is_main:
-                return
             payload = {"ranks": gathered, "world_size": W}
         else:
-            payload = dict(state)
-        payload.update({"algo": "ppo", "config": {"run": to_dict(run), "algo": to_dict(cfg)},
-                        "rng": global_rng_state(),
-                        "counters": {"iteration": it, "step": step, "wall_time": wall0 + time.time() - t_start,
-                                     "last_return": last_return}})
-        save_checkpoint(ck_dir / "latest.pt", payload)
+            payload = state
+        ctx.save(payload, {"iteration": it, "step": step, "last_return": last_return})
 
-    t_start = time.time()
     it = start_it
     done_iters = 0
     t_log, step_log = time.time(), step
-    try:
-        while it < iterations:
-            if max_iterations is not None and done_iters >= max_iterations:
-                break
-            if cfg.anneal_lr:
-                algo.set_lr_fraction(1.0 - it / iterations)
-            if collect_threads != update_threads:
-                torch.set_num_threads(collect_threads)
-            obs = env.collect(algo, storage, obs)  # [N,O]
-            if collect_threads != update_threads:
-                torch.set_num_threads(update_threads)
-            info = algo.update(storage.rollout())
-            it += 1
-            done_iters += 1
-            step += steps_per_iter
-            bad = [k for k, v in info.items() if not math.isfinite(v)]
-            if bad or not algo.parameters_finite():
-                what = f"loss {bad[0]}" if bad else "a network parameter"
-                raise TrainingDiverged(
-                    f"training diverged at step {step} (update {it}): {what} became NaN/inf; "
-                    f"the last good checkpoint is {ck_dir / 'latest.pt'}")
-            last_log = it % run.log_every == 0 or it == iterations
-            if last_log:
-                stats = env.stats
-                if dist_info.enabled:
-                    stats = D.all_reduce_sum(stats)
-                s, ln, n = stats.tolist()
-                if n > 0:
-                    last_return = s / n
-                env.zero_stats()
-                now = time.time()
-                sps = (step - step_log) / max(now - t_log, 1e-9)
-                t_log, step_log = now, step
-                if logger is not None:
-                    row = {"step": step, "wall_time": round(wall0 + now - t_start, 3), "iteration": it,
-                           # null where no episode finished in this interval (no carried-forward values)
-                           "episode_return": (s / n) if n > 0 else None, "episode_length": (ln / n) if n > 0 else None,
-                           "episodes": int(n), "sps": round(sps, 1), **info}
-                    logger.log(row)
-                if bar is not None:
-                    bar.set_postfix_str(f"sps={sps:,.0f} return={'-' if math.isnan(last_return) else f'{last_return:.1f}'}",
-                                      refresh=False)
-            if bar is not None:
-                bar.update(steps_per_iter)
-            if it % run.checkpoint_every == 0 or it == iterations:
-                checkpoint(it)
-        if done_iters > 0 and it % run.checkpoint_every != 0 and it != iterations:
-            checkpoint(it)  # an early stop (max_iterations) leaves a resumable checkpoint
-    finally:
-        if bar is not None:
-            bar.close()
-        if logger is not None:
-            logger.close()
-        env.close()
-        torch.set_num_threads(threads_on_entry)
-    return TrainResult(run_dir, step, it, last_return, wall0 + time.time() - t_start, algo)
-
+    while it < iterations:
+        if max_iterations is not None and done_iters >= max_iterations:
+            break
+        algo.schedule(it / iterations)
+        if collect_threads != update_threads:
+            torch.set_num_threads(collect_threads)
+        obs = env.collect(algo, storage, obs)  # [N,O]
+        if collect_threads != update_threads:
+            torch.set_num_threads(update_threads)
+        info = ctx.floats(algo.update(storage.rollout(), sync=False))
+        it += 1
+        done_iters += 1
+        step += steps_per_iter
+        ctx.check_finite(info, algo, f"step {step} (update {it})")
+        postfix = None
+        if it % run.log_every == 0 or it == iterations:
+            stats = env.stats
+            if dist_info.enabled:
+                stats = D.all_reduce_sum(stats)
+            s, ln, n = stats.tolist()
+            if n > 0:
+                last_return = s / n
+            env.zero_stats()
+            now = time.time()
+            sps = (step - step_log) / max(now - t_log, 1e-9)
+            t_log, step_log = now, step
+            # null where no episode finished in this interval (no carried-forward values)
+            ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), "iteration": it,
+                     "episode_return": (s / n) if n > 0 else None, "episode_length": (ln / n) if n > 0 else None,
+                     "episodes": int(n), "sps": round(sps, 1), **info})
+            postfix = f"sps={sps:,.0f} return={'-' if math.isnan(last_return) else f'{last_return:.1f}'}"
+        ctx.advance(steps_per_iter, postfix)
+        if it % run.checkpoint_every == 0 or it == iterations:
+            checkpoint(it)
+    if done_iters > 0 and it % run.checkpoint_every != 0 and it != iterations:
+        checkpoint(it)  # an early stop (max_iterations) leaves a resumable checkpoint
+    return TrainResult(ctx.run_dir, step, it, last_return, ctx.wall_time(), algo)

@@ -1,15 +1,54 @@
-"""Set-up shared by the training loops: device, torch threads, allocator, run directory, progress bar."""
+"""The run runtime every training loop shares: device and threads, generator, run directory, logger,
+checkpointer, counters, finite checks, progress bar, and the helpers loops need around their data flow.
+
+A loop is written as
+
+    with RunContext(entry, run, cfg, run_dir, resume, unit="step") as ctx:
+        ck = ctx.checkpoint            # the loaded checkpoint on resume, else None
+        ...build env / storage / algorithm with ctx.device and ctx.gen...
+        ctx.start(total, done)          # config.json, metrics (append-only), TensorBoard, progress bar
+        while ...:
+            info = update()             # device tensors
+            if log step: ctx.log({"step": ..., **ctx.floats(info)}), ctx.check_finite(...)
+            if checkpoint step: ctx.save(payload)
+
+and expresses nothing but its data flow: the context restores process-wide settings (threads) on exit,
+closes the logger and the bar, and says in one sentence where the last good checkpoint is when training
+diverges (or that there is none yet).
+"""
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from ctrl_rl.config import save_config
+from ctrl_rl.config import RunConfig, save_config, to_dict
 from ctrl_rl.core.perf import tune_allocator
+from ctrl_rl.core.seeding import seed_everything
+from ctrl_rl.envs.registry import make_env
+from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
 from ctrl_rl.learn.logging import RunLogger
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or parameter became NaN/inf; the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    iterations: int
+    last_return: float
+    wall_time: float
+    algo: Any
 
 
 def setup_device(device_name: str, threads: int) -> torch.device:
@@ -24,22 +63,67 @@ def setup_device(device_name: str, threads: int) -> torch.device:
     return device
 
 
-def single_thread_by_default(device: torch.device, threads: int) -> None:
-    """Off-policy and offline updates are ~10^2 small ops on batch-256 tensors: with ``--threads 0`` they run
-    on one torch thread on CPU. A second OpenMP thread gains little on an idle 2-core machine, and when
-    other processes compete every op's barrier waits for a descheduled worker (measured: 4.5 instead of
-    94 SAC updates/s). ``--threads N`` overrides."""
-    if threads == 0 and device.type == "cpu":
-        torch.set_num_threads(1)
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device`` (CPU: the kernel's MemAvailable), or None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
-def open_run_dir(run_dir: Path, algo: str, run, cfg, resume_step: int | None) -> RunLogger:
-    """Create the run directory and its checkpoints/, write the resolved config, open the metrics logger
-    (on resume, rows past ``resume_step`` are dropped)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
-    save_config(run_dir / "config.json", algo, run, cfg)
-    return RunLogger(run_dir, resume_step=resume_step)
+def check_memory(nbytes: int, what: str, flags: str, device: torch.device) -> None:
+    """Refuse, in one sentence, an allocation that cannot fit before the allocator fails deep inside torch."""
+    free = available_memory(device)
+    if free is not None and nbytes > free:
+        raise UserInputError(f"{what} needs {nbytes / 2**30:,.1f} GiB but only {free / 2**30:,.1f} GiB of {device.type} "
+                             f"memory is available: expected smaller {flags}")
+
+
+def probe_spec(run: RunConfig):
+    """The spec of ``run.env`` from a one-env instance (checks the id before anything large is built)."""
+    probe = make_env(run.env, num_envs=1, device=run.device, seed=run.seed)
+    try:
+        return probe.spec
+    finally:
+        probe.close()
+
+
+# A torch-native env keeps a few tensors of the observation's size per env (state, observation, final
+# observation, episode statistics): an estimate of what N envs take, to refuse impossible --num-envs early.
+ENV_BYTES_PER_OBS_FLOAT = 64
+
+
+def check_env_memory(run: RunConfig, spec, num_envs: int, device: torch.device) -> None:
+    check_memory(num_envs * max(spec.obs_dim, 1) * ENV_BYTES_PER_OBS_FLOAT, f"--num-envs {num_envs} of {run.env}",
+                 "--num-envs", device)
+
+
+def load_state(obj, state: dict, what: str, path) -> None:
+    """``obj.load_state_dict(state)``, with a mismatch (tensor shapes, missing keys) said in one sentence."""
+    try:
+        obj.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise UserInputError(f"checkpoint {str(path)!r} does not fit this run's {what} ({first}): expected a checkpoint "
+                             "written with the same config") from None
+
+
+def build_env(run: RunConfig, num_envs: int, seed: int, gamma: float = 0.99):
+    """``run.env`` with the training wrappers: episode statistics, actions rescaled to [-1, 1] (continuous),
+    reward scaling with ``gamma`` when ``run.reward_scale``."""
+    env = make_env(run.env, num_envs=num_envs, device=run.device, seed=seed)
+    env = EpisodeStats(env)
+    if not env.spec.discrete:
+        env = ActionRescale(env)
+    if run.reward_scale:
+        env = RewardScale(env, gamma=gamma)
+    return env
 
 
 def progress_bar(enabled: bool, total: int, initial: int, desc: str, unit: str = "step"):
@@ -49,3 +133,120 @@ def progress_bar(enabled: bool, total: int, initial: int, desc: str, unit: str =
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit=unit, unit_scale=True, dynamic_ncols=True, desc=desc, mininterval=0.5)
+
+
+def floats(info: dict) -> dict[str, float]:
+    """An update's info with every device tensor converted to a float in one host sync."""
+    keys = [k for k, v in info.items() if isinstance(v, torch.Tensor)]
+    out = {k: float(v) for k, v in info.items() if not isinstance(v, torch.Tensor)}
+    if keys:
+        out.update(zip(keys, torch.stack([info[k].detach().float().reshape(()) for k in keys]).tolist()))
+    return {k: out[k] for k in info}
+
+
+class RunContext:
+    """The shared run context of one training loop call (see the module docstring).
+
+    ``threads``: the loop's single-thread default applies when ``run.threads`` is 0 and ``single_thread`` is
+    True on CPU: off-policy and offline updates are ~10^2 small ops on batch-256 tensors; a second OpenMP
+    thread gains little on an idle 2-core machine, and when other processes compete every op's barrier waits
+    for a descheduled worker (measured: 4.5 instead of 94 SAC updates/s).
+    """
+
+    def __init__(self, algo_name: str, run: RunConfig, cfg: Any, run_dir: Path, resume: bool,
+                 single_thread: bool = False, is_main: bool = True):
+        self.algo_name, self.run, self.cfg, self.run_dir = algo_name, run, cfg, Path(run_dir)
+        self.loop = run.loop
+        self.resume, self.is_main = resume, is_main
+        self.ck_dir = self.run_dir / "checkpoints"
+        self.threads_on_entry = torch.get_num_threads()  # restored on exit: thread settings are process-wide
+        self.device = setup_device(run.device, run.threads)
+        if single_thread and run.threads == 0 and self.device.type == "cpu":
+            torch.set_num_threads(1)
+        self.checkpoint: dict | None = None
+        self.counters: dict = {}
+        if resume:
+            self.checkpoint = load_checkpoint(self.ck_dir / "latest.pt", expect_algo=algo_name)
+            self.counters = dict(self.checkpoint["counters"])
+        self.wall0 = float(self.counters.get("wall_time", 0.0))
+        self.t_start = time.time()
+        self.logger: RunLogger | None = None
+        self.bar = None
+        self.saved = False  # a checkpoint of this run exists (written now or before a resume)
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    def seed(self, seed: int) -> torch.Generator:
+        """Seed every RNG of the run; on resume the global RNG state comes from the checkpoint afterwards."""
+        self.gen = seed_everything(seed, self.device)
+        return self.gen
+
+    def restore_rng(self) -> None:
+        if self.checkpoint is not None:
+            set_global_rng_state(self.checkpoint["rng"])
+
+    def start(self, total: int, done: int, desc: str, unit: str = "step") -> None:
+        """Write the resolved config, open the metrics (rows after the checkpoint dropped) and the progress bar."""
+        self.saved = self.checkpoint is not None
+        if self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.ck_dir.mkdir(exist_ok=True)
+            save_config(self.run_dir / "config.json", self.algo_name, self.run, self.cfg)
+            self.logger = RunLogger(self.run_dir, resume_step=self.counters.get("step") if self.resume else None)
+        self.bar = progress_bar(self.run.progress and self.is_main, total, done, desc, unit)
+        self.t_start = time.time()
+
+    # -- during the run -------------------------------------------------------------------------------
+    def wall_time(self) -> float:
+        return self.wall0 + time.time() - self.t_start
+
+    def floats(self, info: dict) -> dict[str, float]:
+        return floats(info)
+
+    def check_finite(self, values: dict[str, float], algo, where: str) -> None:
+        """Stop with TrainingDiverged if a logged value or a parameter is NaN/inf."""
+        bad = [k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad or not algo.parameters_finite():
+            what = f"loss {bad[0]}" if bad else "a network parameter"
+            if self.saved:
+                kept = f"the last good checkpoint is {self.ck_dir / 'latest.pt'}"
+            else:
+                kept = "no checkpoint was written yet, so the run must be restarted"
+            raise TrainingDiverged(f"training diverged at {where}: {what} became NaN/inf; {kept}")
+
+    def log(self, row: dict) -> None:
+        if self.logger is not None:
+            self.logger.log(row)
+
+    def advance(self, n: int, postfix: str | None = None) -> None:
+        if self.bar is not None:
+            if postfix is not None:
+                self.bar.set_postfix_str(postfix, refresh=False)
+            self.bar.update(n)
+
+    def save(self, payload: dict, counters: dict, name: str = "latest.pt") -> None:
+        """Write a checkpoint: the algorithm name, the resolved config, the global RNG states and ``counters``
+        (plus the wall time) next to ``payload`` (algo_state, env_state, ...)."""
+        if not self.is_main:
+            return
+        data = {"algo": self.algo_name, "config": {"run": to_dict(self.run), "algo": to_dict(self.cfg)},
+                "rng": global_rng_state(), **payload,
+                "counters": {**counters, "wall_time": self.wall_time()}}
+        save_checkpoint(self.ck_dir / name, data)
+        if name == "latest.pt":
+            self.saved = True
+
+    # -- tear-down ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.logger is not None:
+            self.logger.close()
+            self.logger = None
+        torch.set_num_threads(self.threads_on_entry)
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -2,6 +2,15 @@
 
 Shape letters: C capacity, N envs, B batch, O obs dim, A action dim.
 
+Observations are ``Obs`` (``ctrl_rl.core.obs``). A flat env (the single float32 ``state`` part) is
+stored as one float32 tensor ``[C,O]`` per observation field, exactly as before parts existed. An env
+with several parts (``obs_parts``, e.g. ``spec.parts`` of a pixel env) gets one tensor per part with
+the part's dtype, ``[C,*part.shape]``, so images stay uint8 (84x84 RGB: 21 KB a frame, not 85 KB);
+``add`` takes and ``sample`` returns dicts of parts. Those per-part tensors are allocated with
+``torch.empty``: on Linux a large buffer takes memory page by page as rows are written, and rows past
+``size`` are never read. obs and next_obs are stored apart (2 frames per transition), which keeps
+``add``/``sample`` one indexed copy per part.
+
 The buffer is preallocated on the training device, so memory stays flat however long a run is. Each
 ``add`` writes one step of N parallel envs at once (one indexed copy per field, no per-env loop).
 ``next_obs`` must be the state the step reached: the protocol's ``final_obs`` (the pre-reset observation
@@ -11,25 +20,48 @@ are stored apart. Sampling takes an explicit ``torch.Generator``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from ctrl_rl.core.obs import Obs, ObsPart, is_flat, obs_batch_size, obs_cat, obs_map, parts_from_shape, state_shape
 from ctrl_rl.core.types import Transition
 
 _FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
 
 class ReplayBuffer:
-    """Circular buffer of transitions; the oldest rows are overwritten once ``capacity`` is reached."""
+    """Circular buffer of transitions; the oldest rows are overwritten once ``capacity`` is reached.
+
+    Args:
+        capacity: C, rows kept.
+        obs_shape: shape of a flat observation; with ``obs_parts``, the shape of the ``state`` part
+            (``()`` without one), i.e. ``spec.obs_shape``.
+        action_dim: A (the number of actions for discrete envs).
+        device: where every row lives.
+        discrete: store ``[C]`` int64 actions instead of ``[C,A]`` float32.
+        obs_parts: the observation's parts (``spec.parts``); empty means the flat ``state`` part of
+            ``obs_shape``.
+    """
 
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], action_dim: int, device: torch.device | str = "cpu",
-                 discrete: bool = False):
+                 discrete: bool = False, obs_parts: Sequence[ObsPart] = ()):
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
         self.capacity, self.device = int(capacity), torch.device(device)
         self.obs_shape, self.action_dim, self.discrete = tuple(obs_shape), int(action_dim), discrete
+        if obs_parts and state_shape(obs_parts) != self.obs_shape:
+            raise ValueError(f"replay obs_shape {self.obs_shape} is not the shape of the 'state' part of obs_parts, "
+                             f"{state_shape(obs_parts)}: pass spec.obs_shape with spec.parts")
+        self.obs_parts = tuple(obs_parts) or parts_from_shape(self.obs_shape)
+        self.flat = is_flat(self.obs_parts)
         C = self.capacity
-        self.obs = torch.zeros((C, *self.obs_shape), device=self.device)  # [C,O]
-        self.next_obs = torch.zeros((C, *self.obs_shape), device=self.device)  # [C,O]
+        if self.flat:
+            self.obs: Obs = torch.zeros((C, *self.obs_shape), device=self.device)  # [C,O]
+            self.next_obs: Obs = torch.zeros((C, *self.obs_shape), device=self.device)  # [C,O]
+        else:
+            self.obs = {p.name: torch.empty((C, *p.shape), dtype=p.dtype, device=self.device) for p in self.obs_parts}
+            self.next_obs = {p.name: torch.empty((C, *p.shape), dtype=p.dtype, device=self.device) for p in self.obs_parts}
         if discrete:
             self.action = torch.zeros(C, dtype=torch.int64, device=self.device)  # [C]
         else:
@@ -44,21 +76,33 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
+    def add(self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, next_obs: Obs,
             terminated: torch.Tensor, truncated: torch.Tensor) -> None:
         """Append one step of N envs: ``obs [N,O]``, ``action [N,A]`` (``[N]`` discrete), ``reward [N]``,
-        ``next_obs [N,O]`` (use ``final_obs``), ``terminated [N]``, ``truncated [N]``."""
-        n = obs.shape[0]
-        if tuple(obs.shape[1:]) != self.obs_shape or tuple(next_obs.shape) != tuple(obs.shape):
-            raise ValueError(f"replay expects obs and next_obs of shape [N,{self.obs_shape}], got {tuple(obs.shape)} "
-                             f"and {tuple(next_obs.shape)}")
+        ``next_obs [N,O]`` (use ``final_obs``), ``terminated [N]``, ``truncated [N]``.
+
+        With several observation parts ``obs`` and ``next_obs`` are dicts of ``[N,*part.shape]``;
+        integer parts (images, token ids) must come in the part's dtype, float parts are cast.
+        """
+        if self.flat:
+            n = obs.shape[0]
+            if tuple(obs.shape[1:]) != self.obs_shape or tuple(next_obs.shape) != tuple(obs.shape):
+                raise ValueError(f"replay expects obs and next_obs of shape [N,{self.obs_shape}], got {tuple(obs.shape)} "
+                                 f"and {tuple(next_obs.shape)}")
+        else:
+            n = self._check_parts(obs, next_obs)
         if reward.shape != (n,) or terminated.shape != (n,) or truncated.shape != (n,):
             raise ValueError(f"replay expects reward/terminated/truncated of shape [{n}]")
         if n > self.capacity:
             raise ValueError(f"a step of {n} envs does not fit a replay buffer of capacity {self.capacity}")
         idx = (self.ptr + torch.arange(n, device=self.device)) % self.capacity  # [N]
-        self.obs.index_copy_(0, idx, obs.to(self.obs.dtype))
-        self.next_obs.index_copy_(0, idx, next_obs.to(self.obs.dtype))
+        if self.flat:
+            self.obs.index_copy_(0, idx, obs.to(self.obs.dtype))
+            self.next_obs.index_copy_(0, idx, next_obs.to(self.obs.dtype))
+        else:
+            for k, buf in self.obs.items():  # one indexed copy per part, [C,*part.shape]
+                buf.index_copy_(0, idx, obs[k].to(buf.dtype))
+                self.next_obs[k].index_copy_(0, idx, next_obs[k].to(buf.dtype))
         self.action.index_copy_(0, idx, action.to(self.action.dtype).reshape(n, *self.action.shape[1:]))
         self.reward.index_copy_(0, idx, reward.to(self.reward.dtype))
         self.terminated.index_copy_(0, idx, terminated.bool())
@@ -67,30 +111,62 @@ class ReplayBuffer:
         self.size = min(self.size + n, self.capacity)
         self.added += n
 
+    def _check_parts(self, obs: dict[str, torch.Tensor], next_obs: dict[str, torch.Tensor]) -> int:
+        """Both observations hold every part with its shape (and dtype, for integer parts); returns N."""
+        names = [p.name for p in self.obs_parts]
+        for what, o in (("obs", obs), ("next_obs", next_obs)):
+            if not isinstance(o, dict) or sorted(o) != sorted(names):
+                got = f"parts {list(o)}" if isinstance(o, dict) else f"a {type(o).__name__}"
+                raise ValueError(f"replay expects {what} as a dict of the parts {names}, got {got}")
+        n = obs_batch_size(obs)
+        for p in self.obs_parts:
+            for what, v in (("obs", obs[p.name]), ("next_obs", next_obs[p.name])):
+                if tuple(v.shape) != (n, *p.shape) or (v.dtype != p.dtype and not v.is_floating_point()):
+                    raise ValueError(f"replay expects {what} part {p.name!r} as {p.dtype} of shape {(n, *p.shape)}, "
+                                     f"got {v.dtype} of shape {tuple(v.shape)}")
+        return n
+
     def sample_indices(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         return torch.randint(0, self.size, (batch_size,), generator=generator, device=self.device)  # [B]
 
     def gather(self, idx: torch.Tensor) -> Transition:
-        return Transition(self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx],
-                          self.terminated[idx], self.truncated[idx])
+        if self.flat:
+            return Transition(self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx],
+                              self.terminated[idx], self.truncated[idx])
+        return Transition({k: v[idx] for k, v in self.obs.items()}, self.action[idx], self.reward[idx],
+                          {k: v[idx] for k, v in self.next_obs.items()}, self.terminated[idx], self.truncated[idx])
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transition:
         """``batch_size`` transitions drawn uniformly with replacement from the filled rows."""
         return self.gather(self.sample_indices(batch_size, generator))
 
     def state_dict(self) -> dict:
-        """The filled rows and the write position (saved with checkpoints when ``--save-replay`` is on)."""
+        """The filled rows and the write position (saved with checkpoints when ``--save-replay`` is on).
+
+        Observation fields are tensors for flat observations and dicts of per-part tensors otherwise.
+        """
         return {"capacity": self.capacity, "ptr": self.ptr, "size": self.size, "added": self.added,
-                **{f: getattr(self, f)[: self.size].cpu().clone() for f in _FIELDS}}
+                **{f: obs_map(lambda v: v[: self.size].cpu().clone(), getattr(self, f)) for f in _FIELDS}}
 
     def load_state_dict(self, state: dict) -> None:
         if state["capacity"] != self.capacity:
             raise ValueError(f"replay state has capacity {state['capacity']}, this buffer {self.capacity}")
         size = int(state["size"])
+        for f in ("obs", "next_obs"):
+            src, dst = state[f], getattr(self, f)
+            if isinstance(src, dict) != isinstance(dst, dict) or (isinstance(src, dict) and sorted(src) != sorted(dst)):
+                has = f"the parts {sorted(src)}" if isinstance(src, dict) else "flat observations"
+                want = f"the parts {sorted(dst)}" if isinstance(dst, dict) else "flat observations"
+                raise ValueError(f"replay state holds {has}, this buffer expects {want}")
         for f in _FIELDS:
-            getattr(self, f)[:size].copy_(state[f].to(self.device))
+            src, dst = state[f], getattr(self, f)
+            if isinstance(dst, dict):
+                for k, v in dst.items():
+                    v[:size].copy_(src[k].to(self.device))
+            else:
+                dst[:size].copy_(src.to(self.device))
         self.ptr, self.size, self.added = int(state["ptr"]), size, int(state["added"])
 
 
@@ -115,5 +191,5 @@ class MixedSampler:
         parts = [b.sample(n, generator) for b, n in ((self.first, n1), (self.second, n2)) if n > 0]
         if len(parts) == 1:
             return parts[0]
-        return Transition(*(torch.cat([getattr(p, f) for p in parts]) for f in
+        return Transition(*(obs_cat([getattr(p, f) for p in parts]) for f in
                             ("obs", "action", "reward", "next_obs", "terminated", "truncated")))

@@ -1,9 +1,15 @@
-"""Preallocated on-device rollout storage ``[T,N,...]`` for on-policy learning."""
+"""Preallocated on-device rollout storage ``[T,N,...]`` for on-policy learning.
+
+Observations follow ``spec.parts`` (``ctrl_rl.core.obs``): one float32 ``[T,N,O]`` tensor per observation
+field for flat envs, and for envs with several parts a dict of ``[T,N,*part.shape]`` tensors in each
+part's dtype (images stay uint8).
+"""
 
 from __future__ import annotations
 
 import torch
 
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
 
@@ -13,9 +19,14 @@ class RolloutStorage:
 
     def __init__(self, T: int, N: int, spec: EnvSpec, device: torch.device):
         self.T, self.N = T, N
-        O = spec.obs_shape
-        self.obs = torch.zeros((T, N, *O), device=device)  # [T,N,O]
-        self.final_obs = torch.zeros((T, N, *O), device=device)  # [T,N,O]
+        self.flat = spec.is_flat
+        if self.flat:
+            O = spec.obs_shape
+            self.obs: Obs = torch.zeros((T, N, *O), device=device)  # [T,N,O]
+            self.final_obs: Obs = torch.zeros((T, N, *O), device=device)  # [T,N,O]
+        else:
+            self.obs = {p.name: torch.zeros((T, N, *p.shape), dtype=p.dtype, device=device) for p in spec.parts}
+            self.final_obs = {p.name: torch.zeros((T, N, *p.shape), dtype=p.dtype, device=device) for p in spec.parts}
         if spec.discrete:
             self.action = torch.zeros((T, N), dtype=torch.int64, device=device)  # [T,N]
         else:
@@ -25,16 +36,21 @@ class RolloutStorage:
         self.terminated = torch.zeros((T, N), dtype=torch.bool, device=device)  # [T,N]
         self.truncated = torch.zeros((T, N), dtype=torch.bool, device=device)  # [T,N]
 
-    def add(self, t: int, obs: torch.Tensor, action: torch.Tensor, logp: torch.Tensor, out: StepOut,
+    def add(self, t: int, obs: Obs, action: torch.Tensor, logp: torch.Tensor, out: StepOut,
             envs: slice = slice(None)) -> None:
         """Write step ``t`` of the envs in ``envs`` (all by default; a slice for one group of a pipelined collector)."""
-        self.obs[t, envs].copy_(obs)
+        if self.flat:
+            self.obs[t, envs].copy_(obs)
+            self.final_obs[t, envs].copy_(out.final_obs)
+        else:
+            for k, buf in self.obs.items():  # [T,N,*part.shape] each
+                buf[t, envs].copy_(obs[k])
+                self.final_obs[k][t, envs].copy_(out.final_obs[k])
         self.action[t, envs].copy_(action)
         self.logp[t, envs].copy_(logp)
         self.reward[t, envs].copy_(out.reward)
         self.terminated[t, envs].copy_(out.terminated)
         self.truncated[t, envs].copy_(out.truncated)
-        self.final_obs[t, envs].copy_(out.final_obs)
 
     def rollout(self) -> Rollout:
         return Rollout(self.obs, self.action, self.logp, self.reward, self.terminated, self.truncated, self.final_obs)

@@ -167,9 +167,9 @@ def checkpoint_step(d: Path) -> int | None:
     p = d / "checkpoints" / "latest.pt"
     if not p.is_file():
         return None
-    import torch
+    from ctrl_rl.learn.checkpoint import load_checkpoint
 
-    return int(torch.load(p, map_location="cpu", weights_only=True, mmap=True)["counters"]["step"])
+    return int(load_checkpoint(p)["counters"]["step"])
 
 
 # ------------------------------------------------------------------------------------------- launching

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ctrl_rl.algos.sac import SACConfig  # noqa: E402
 from ctrl_rl.errors import UserInputError  # noqa: E402
-from ctrl_rl.storage.datasets import behaviour as B  # noqa: E402
-from ctrl_rl.storage.datasets.generate import collect  # noqa: E402
+from ctrl_rl.datagen import behaviour as B  # noqa: E402
+from ctrl_rl.datagen.generate import collect  # noqa: E402
 
 
 def cpu_seconds() -> float:

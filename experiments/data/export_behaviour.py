@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ctrl_rl.errors import UserInputError  # noqa: E402
 from ctrl_rl.learn.checkpoint import load_checkpoint  # noqa: E402
-from ctrl_rl.storage.datasets import behaviour as B  # noqa: E402
-from ctrl_rl.storage.datasets.generate import episode_returns  # noqa: E402
+from ctrl_rl.datagen import behaviour as B  # noqa: E402
+from ctrl_rl.datagen.generate import episode_returns  # noqa: E402
 from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES  # noqa: E402
 
 EVAL_SEED, RANDOM_SEED, EXPERT_SEED = 10_000, 20_000, 30_000
@@ -111,7 +111,8 @@ def export(a) -> int:
         records[level]["file"] = out
     run_cfg, algo_cfg = config["run"], config["config"]
     medium_step = steps[i_med]
-    replay_run = {**run_cfg, "total_steps": medium_step, "keep_every": 0, "save_replay": True}
+    replay_run = {**run_cfg, "total_steps": medium_step,
+                  "loop": {**(run_cfg.get("loop") or {}), "keep_every": 0, "save_replay": True}}
     manifest = B.load_manifest(out_dir)
     manifest["tasks"][task] = {
         "env_id": env_id,

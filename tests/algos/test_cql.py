@@ -5,7 +5,6 @@ import torch
 
 from ctrl_rl.algos.cql import (
     CQL,
-    CQLConfig,
     MCTransition,
     calql_lower_bound,
     cql_regularizer,
@@ -14,6 +13,7 @@ from ctrl_rl.algos.cql import (
     ensemble_forward,
     max_backup_target,
 )
+from ctrl_rl.algos import registry
 from ctrl_rl.algos.sac import SAC
 from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.types import Transition
@@ -22,6 +22,7 @@ from ctrl_rl.storage.datasets import OfflineDataset, to_replay
 
 SPEC = EnvSpec("synthetic:cont", (5,), False, 2, (-1.0, -1.0), (1.0, 1.0))
 TINY = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
+cql_config = registry.get("cql").default_config  # CQLConfig with WSRL's pre-training settings, as `ctrl-rl train cql`
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +117,7 @@ def test_ensemble_forward_equals_the_subset_of_the_full_forward_with_gradients()
 @pytest.mark.parametrize("calql,importance", [(False, True), (True, True), (False, False)])
 def test_critic_losses_match_brute_force_loop(calql, importance):
     E, M, K, B, A = 3, 2, 2, 3, 2
-    cfg = CQLConfig(**TINY, num_critics=E, target_subset=M, num_cql_samples=K, calql=calql,
+    cfg = cql_config(**TINY, num_critics=E, target_subset=M, num_cql_samples=K, calql=calql,
                     importance_sampling=importance, gamma=0.9)
     torch.manual_seed(0)
     cql = CQL(cfg, SPEC, "cpu", torch.Generator().manual_seed(3))
@@ -165,7 +166,7 @@ def test_critic_losses_match_brute_force_loop(calql, importance):
 # ----- the update -----
 
 def test_update_moves_parameters_and_targets_by_tau():
-    cfg = CQLConfig(**TINY, tau=0.1)
+    cfg = cql_config(**TINY, tau=0.1)
     cql = CQL(cfg, SPEC, "cpu", torch.Generator().manual_seed(0))
     actor0 = [p.detach().clone() for p in cql.actor.parameters()]
     critic0 = [p.detach().clone() for p in cql.critic.parameters()]
@@ -183,7 +184,7 @@ def test_update_moves_parameters_and_targets_by_tau():
 
 
 def test_seeded_updates_are_bit_identical_and_state_round_trips():
-    cfg = CQLConfig(**TINY, lagrange=True)
+    cfg = cql_config(**TINY, lagrange=True)
 
     def make(seed_global):
         torch.manual_seed(seed_global)
@@ -203,7 +204,7 @@ def test_seeded_updates_are_bit_identical_and_state_round_trips():
 
 
 def test_checkpoint_loads_into_sac_and_acts_identically():
-    cfg = CQLConfig(**TINY, num_critics=4)
+    cfg = cql_config(**TINY, num_critics=4)
     cql = CQL(cfg, SPEC, "cpu", torch.Generator().manual_seed(0))
     for k in range(2):
         cql.update(_batch(seed=k))
@@ -219,7 +220,7 @@ def test_checkpoint_loads_into_sac_and_acts_identically():
 
 @pytest.mark.parametrize("gap,direction", [(-100.0, 1), (100.0, -1)])
 def test_lagrange_multiplier_grows_while_the_gap_is_exceeded(gap, direction):
-    cql = CQL(CQLConfig(**TINY, lagrange=True, target_gap=gap), SPEC, "cpu", torch.Generator().manual_seed(0))
+    cql = CQL(cql_config(**TINY, lagrange=True, target_gap=gap), SPEC, "cpu", torch.Generator().manual_seed(0))
     w0 = float(cql.cql_weight)
     assert abs(w0 - 1.0) < 1e-6
     for k in range(3):
@@ -236,7 +237,7 @@ def test_cql_pushes_out_of_distribution_q_below_data_q():
     act = (0.5 + 0.05 * torch.randn(B, 2, generator=g)).clamp(-1, 1)  # data actions near +0.5
     data = Transition(obs, act, torch.zeros(B), torch.randn(B, 5, generator=g), torch.ones(B, dtype=torch.bool),
                       torch.zeros(B, dtype=torch.bool))
-    cql = CQL(CQLConfig(**TINY, num_critics=2, critic_lr=1e-3), SPEC, "cpu", torch.Generator().manual_seed(0))
+    cql = CQL(cql_config(**TINY, num_critics=2, critic_lr=1e-3), SPEC, "cpu", torch.Generator().manual_seed(0))
     for _ in range(150):
         cql.update(data, sync=False)
     with torch.no_grad():
@@ -246,26 +247,28 @@ def test_cql_pushes_out_of_distribution_q_below_data_q():
 
 
 def test_calql_needs_mc_returns_and_bad_configs_are_rejected():
-    cql = CQL(CQLConfig(**TINY, calql=True), SPEC, "cpu")
+    cql = CQL(cql_config(**TINY, calql=True), SPEC, "cpu")
     assert cql.name == "calql"
     with pytest.raises(ValueError, match="mc_return"):
         cql.update(_batch())
     with pytest.raises(ValueError, match="crossq"):
-        CQLConfig(crossq=True)
+        cql_config(crossq=True)
     with pytest.raises(ValueError, match="target_subset"):
-        CQLConfig(num_critics=2, target_subset=3)
+        cql_config(num_critics=2, target_subset=3)
 
 
 def test_wsrl_locomotion_defaults():
-    c = CQLConfig()
+    c = cql_config()
     assert (c.num_critics, c.target_subset, c.layer_norm, c.actor_layer_norm, c.backup_entropy) == (10, 2, True, True, False)
-    assert (c.actor_lr, c.critic_lr, c.alpha_lr, c.batch_size, c.alpha_cql) == (1e-4, 3e-4, 1e-4, 256, 5.0)
+    assert (c.actor_lr, c.critic_lr, c.alpha_lr, c.alpha_cql, c.final_hidden_scale) == (1e-4, 3e-4, 1e-4, 5.0, 1e-2)
     assert c.max_target_backup and c.importance_sampling and c.action_clip == 0.99999
+    entry = registry.get("calql")
+    assert entry.default_config().calql and entry.regime == "offline" and entry.loop_defaults["clip_actions"] == 0.99999
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_exportable_traces_to_torchscript_with_equal_outputs():
-    cql = CQL(CQLConfig(**TINY), SPEC, "cpu")
+    cql = CQL(cql_config(**TINY), SPEC, "cpu")
     pol = cql.exportable()
     x = torch.randn(7, 5)
     traced = torch.jit.trace(pol, x)

@@ -43,7 +43,10 @@ def test_cosine_schedule_and_reward_scale_hand_numbers():
 def test_official_mujoco_defaults():
     c = IQLConfig()
     assert (c.expectile, c.beta, c.weight_clip, c.num_critics, c.tau, c.gamma) == (0.7, 3.0, 100.0, 2, 0.005, 0.99)
-    assert (c.actor_lr, c.critic_lr, c.value_lr, c.batch_size, c.cosine_steps, c.dropout) == (3e-4, 3e-4, 3e-4, 256, 1_000_000, 0.0)
+    assert (c.actor_lr, c.critic_lr, c.value_lr, c.cosine_steps, c.dropout) == (3e-4, 3e-4, 3e-4, 1_000_000, 0.0)
+    from ctrl_rl.algos import registry
+
+    assert registry.get("iql").loop_defaults["batch_size"] == 256  # the offline loop's batch (code: 256)
     assert c.actor_hidden == c.critic_hidden == c.value_hidden == (256, 256)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ctrl_rl.learn.checkpoint import save_checkpoint
 from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +120,8 @@ def test_dry_run_prints_the_commands(table, tmp_path, capsys):
     rep = runs / "hopper-medium-replay-v5"
     for name, step in (("cql-s0", 100), ("rlpd-s0", 120)):  # one complete run, one interrupted at 120 of 200
         (rep / name / "checkpoints").mkdir(parents=True)
-        torch.save({"counters": {"step": step}}, rep / name / "checkpoints" / "latest.pt")
+        save_checkpoint(rep / name / "checkpoints" / "latest.pt", {"algo": name[:-3], "config": {},
+                                                                        "counters": {"step": step}})
     table.main(GRID + ["--seeds", "0", "--runs-dir", str(runs), "--o2o-args", "--num-critics 2", "--dry-run"])
     lines = [x.split("ctrl_rl ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
     assert "data generate --env Hopper-v5 --level medium-replay --no-progress" in lines

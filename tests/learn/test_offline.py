@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from ctrl_rl.algos.cql import CQLConfig, CalQLConfig
-from ctrl_rl.algos.iql import IQLConfig
-from ctrl_rl.config import RunConfig
+from ctrl_rl.algos import registry
+from ctrl_rl.config import OfflineLoopConfig, RunConfig
 from ctrl_rl.envs.registry import make_env
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.offline import train_offline
 
-SMALL = dict(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=32)
-CONFIGS = {"cql": CQLConfig(**SMALL, num_critics=4), "calql": CalQLConfig(**SMALL, num_critics=4),
-           "iql": IQLConfig(**SMALL, value_hidden=(32, 32), cosine_steps=40)}
+SMALL = dict(actor_hidden=(32, 32), critic_hidden=(32, 32))
+CONFIGS = {"cql": registry.get("cql").default_config(**SMALL, num_critics=4),
+           "calql": registry.get("calql").default_config(**SMALL, num_critics=4),
+           "iql": registry.get("iql").default_config(**SMALL, value_hidden=(32, 32), cosine_steps=40)}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def write_pendulum_dataset(path) -> str:
 def _run(dataset, **kw):
     base = dict(env="torch:Pendulum", dataset=dataset, total_steps=40, seed=0, progress=False, log_every=10,
                 checkpoint_every=20, eval_every=20, eval_episodes=2, threads=1)
-    return RunConfig(**{**base, **kw})
+    return RunConfig(**{**base, **kw}, loop=OfflineLoopConfig(batch_size=32, clip_actions=0.99999))
 
 
 @pytest.mark.parametrize("algo", ["cql", "calql", "iql"])

@@ -6,18 +6,19 @@ import pytest
 import torch
 
 from ctrl_rl.algos.sac import SACConfig
-from ctrl_rl.config import RunConfig
+from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.offpolicy import train_offpolicy
 
-CFG = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), batch_size=32, learning_starts=64, buffer_size=1000)
+CFG = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32))
+LOOP = dict(batch_size=32, learning_starts=64, buffer_size=1000)
 
 
-def _run(total=8 * 40, **kw):
+def _run(total=8 * 40, loop=None, **kw):
     base = dict(env="torch:Pendulum", num_envs=8, total_steps=total, seed=5, progress=False, log_every=5,
                 checkpoint_every=10, threads=1)
-    return RunConfig(**{**base, **kw})
+    return RunConfig(**{**base, **kw}, loop=OffPolicyLoopConfig(**{**LOOP, **(loop or {})}))
 
 
 def _params(res):
@@ -31,8 +32,7 @@ def _same(a, b):
 
 
 def test_warmup_utd_and_run_directory(tmp_path):
-    cfg = SACConfig(**{**CFG.__dict__, "utd_ratio": 0.25})
-    res = train_offpolicy(_run(), "sac", cfg, tmp_path / "r")
+    res = train_offpolicy(_run(loop={"utd_ratio": 0.25}), "sac", CFG, tmp_path / "r")
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [40 * i for i in range(1, 9)]
     # random actions and no update until learning_starts (64 steps = 8 iterations of 8 envs) are collected;
@@ -47,8 +47,7 @@ def test_warmup_utd_and_run_directory(tmp_path):
 
 
 def test_fractional_utd_carries_over(tmp_path):
-    cfg = SACConfig(**{**CFG.__dict__, "utd_ratio": 0.3, "learning_starts": 0})
-    res = train_offpolicy(_run(total=8 * 10), "sac", cfg, tmp_path / "r")
+    res = train_offpolicy(_run(total=8 * 10, loop={"utd_ratio": 0.3, "learning_starts": 0}), "sac", CFG, tmp_path / "r")
     # the buffer holds 32 = batch_size rows after 4 iterations; 7 iterations x 2.4 updates = 16.8 -> 16
     assert load_checkpoint(tmp_path / "r" / "checkpoints" / "latest.pt")["counters"]["updates"] == 16
     assert res.iterations == 10
@@ -63,7 +62,7 @@ def test_same_seed_gives_bit_identical_parameters(tmp_path):
 
 
 def test_resume_with_saved_replay_equals_uninterrupted(tmp_path):
-    run = _run(save_replay=True)
+    run = _run(loop={"save_replay": True})
     full = train_offpolicy(run, "sac", CFG, tmp_path / "full")
     d = tmp_path / "cut"
     part = train_offpolicy(run, "sac", CFG, d, max_iterations=17)  # killed after 17 iterations

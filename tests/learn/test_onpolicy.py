@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from ctrl_rl.algos.ppo import PPOConfig
-from ctrl_rl.config import RunConfig
+from ctrl_rl.config import OnPolicyLoopConfig, RunConfig
 from ctrl_rl.learn.checkpoint import load_checkpoint
-from ctrl_rl.learn.onpolicy import TrainingDiverged, train_onpolicy
+from ctrl_rl.learn.onpolicy import train_onpolicy
+from ctrl_rl.learn.runtime import TrainingDiverged
 
 CFG = PPOConfig(rollout_steps=8, epochs=2, minibatch_size=128)
 
@@ -25,21 +26,21 @@ def _params(res):
 @pytest.mark.parametrize("env", ["torch:Pendulum", "torch:CartPole"])
 def test_same_seed_gives_bit_identical_parameters(tmp_path, env):
     run, d1 = _run(tmp_path, "a", env)
-    a = train_onpolicy(run, CFG, d1)
-    b = train_onpolicy(run, CFG, tmp_path / "b")
+    a = train_onpolicy(run, "ppo", CFG, d1)
+    b = train_onpolicy(run, "ppo", CFG, tmp_path / "b")
     assert all(torch.equal(x, y) for x, y in zip(_params(a), _params(b)))
     run2 = RunConfig(**{**run.__dict__, "seed": 4})
-    c = train_onpolicy(run2, CFG, tmp_path / "c")
+    c = train_onpolicy(run2, "ppo", CFG, tmp_path / "c")
     assert not all(torch.equal(x, y) for x, y in zip(_params(a), _params(c)))
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     run, d = _run(tmp_path, "full", total=8 * 64 * 5)
-    full = train_onpolicy(run, CFG, d)
+    full = train_onpolicy(run, "ppo", CFG, d)
     d2 = tmp_path / "interrupted"
-    part = train_onpolicy(run, CFG, d2, max_iterations=3)  # "killed" after 3 updates, checkpoint at 3
+    part = train_onpolicy(run, "ppo", CFG, d2, max_iterations=3)  # "killed" after 3 updates, checkpoint at 3
     assert part.iterations == 3
-    resumed = train_onpolicy(run, CFG, d2, resume=True)
+    resumed = train_onpolicy(run, "ppo", CFG, d2, resume=True)
     assert resumed.step == full.step
     assert all(torch.equal(x, y) for x, y in zip(_params(full), _params(resumed)))
     rows = [json.loads(line) for line in (d2 / "metrics.jsonl").read_text().splitlines()]
@@ -48,7 +49,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
 
 def test_run_directory_contents(tmp_path):
     run, d = _run(tmp_path, "r", reward_scale=True)
-    train_onpolicy(run, CFG, d)
+    train_onpolicy(run, "ppo", CFG, d)
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["algo"] == "ppo" and cfg["run"]["env"] == "torch:Pendulum" and cfg["config"]["epochs"] == 2
     rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
@@ -67,9 +68,9 @@ def test_divergence_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mon
 
     real_update, calls = PPO.update, []
 
-    def update(self, batch):
+    def update(self, batch, sync=True):
         calls.append(1)
-        info = real_update(self, batch)
+        info = real_update(self, batch, sync)
         if len(calls) == 3:  # the third update produces a NaN loss
             info["loss/value"] = float("nan")
         return info
@@ -77,7 +78,7 @@ def test_divergence_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, mon
     monkeypatch.setattr(PPO, "update", update)
     run, d = _run(tmp_path, "nan", total=8 * 64 * 6)
     with pytest.raises(TrainingDiverged, match=rf"step {8 * 64 * 3} .*loss/value"):
-        train_onpolicy(run, CFG, d)
+        train_onpolicy(run, "ppo", CFG, d)
     ck = load_checkpoint(d / "checkpoints" / "latest.pt")
     assert ck["counters"]["step"] == 8 * 64 * 2  # the checkpoint before the divergence is kept
 
@@ -145,12 +146,12 @@ def test_pipelined_collector_writes_the_same_rollout_as_stepping_each_group_in_t
 
 def test_envpool_training_is_pipelined_and_resumes(tmp_path):
     run = RunConfig(env="envpool:Pendulum-v1", num_envs=8, total_steps=8 * 8 * 3, seed=0, progress=False,
-                    checkpoint_every=1, pipeline=True)
+                    checkpoint_every=1, loop=OnPolicyLoopConfig(pipeline=True))
     threads = torch.get_num_threads()
-    res = train_onpolicy(run, CFG, tmp_path / "p")
+    res = train_onpolicy(run, "ppo", CFG, tmp_path / "p")
     assert torch.get_num_threads() == threads  # the loop's per-phase thread settings do not leak out
     ck = load_checkpoint(tmp_path / "p" / "checkpoints" / "latest.pt")
     assert len(ck["env_state"]["groups"]) == 2 and ck["obs"].shape == (8, 3)
     run2 = RunConfig(**{**run.__dict__, "total_steps": 8 * 8 * 5})
-    res2 = train_onpolicy(run2, CFG, tmp_path / "p", resume=True)
+    res2 = train_onpolicy(run2, "ppo", CFG, tmp_path / "p", resume=True)
     assert res2.step == 8 * 8 * 5 and res.step == 8 * 8 * 3

@@ -40,6 +40,7 @@ from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.offline import OfflineDataset, check_dims, check_finite, check_lengths, offsets_from_ends
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
+FLAG_KEYS = ("terminals", "timeouts")
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 View = Literal["qlearning", "trajectory"]
@@ -105,6 +106,35 @@ def _scalar(value: Any) -> Any:
     return value
 
 
+_KIND_NAMES = {"S": "byte strings", "U": "strings", "O": "Python objects", "c": "complex numbers", "V": "raw records",
+               "M": "dates", "m": "time spans"}  # numpy dtype kinds that are not numbers
+
+
+def check_numeric(source: str, arrays: dict[str, np.ndarray]) -> None:
+    """Every array holds numbers or booleans (not strings, bytes or Python objects, which ``float32`` casts would
+    either refuse deep inside or, for numeric strings, silently parse)."""
+    for key, arr in arrays.items():
+        dtype = np.asarray(arr).dtype
+        if dtype.kind not in "biuf":
+            raise UserInputError(f"{source}: '{key}' has dtype {dtype} ({_KIND_NAMES.get(dtype.kind, 'not numbers')}): "
+                                 f"expected numbers (float or integer) or booleans")
+
+
+def check_flags(source: str, arrays: dict[str, np.ndarray]) -> None:
+    """Episode flags (terminals, timeouts, terminations, truncations) are booleans or exactly 0/1: a NaN or any
+    other number would otherwise count as True when cast to bool."""
+    for key, arr in arrays.items():
+        arr = np.asarray(arr)
+        if arr.dtype == np.bool_:
+            continue
+        bad = ~((arr == 0) | (arr == 1))  # NaN compares unequal to both
+        if bad.any():
+            first = tuple(np.argwhere(bad)[0])
+            raise UserInputError(f"{source}: '{key}' holds {int(bad.sum())} values other than 0 and 1 (first "
+                                 f"{arr[first].item()!r} at row {int(first[0])}): expected one flag per step, "
+                                 f"bool or 0/1")
+
+
 def read_d4rl(path: str | Path, obs_dim: int | None = None, action_dim: int | None = None) -> D4RLFile:
     """Read and validate every row array of a D4RL-layout file (the keys ``env.get_dataset()`` returns)."""
     import h5py
@@ -133,6 +163,8 @@ def read_d4rl(path: str | Path, obs_dim: int | None = None, action_dim: int | No
     if missing:
         raise UserInputError(f"{source} has no '{missing[0]}' dataset: expected a D4RL-layout file with the keys "
                              f"{', '.join(REQUIRED_KEYS)} (and timeouts)")
+    used = (*REQUIRED_KEYS, "timeouts", "next_observations")
+    check_numeric(source, {k: v for k, v in rows.items() if k in used or k.startswith("infos/")})
     for key in ("rewards", "terminals", "timeouts"):  # d4rl accepts [N,1] here
         if key in rows and rows[key].ndim == 2 and rows[key].shape[1] == 1:
             rows[key] = rows[key][:, 0]
@@ -148,6 +180,7 @@ def read_d4rl(path: str | Path, obs_dim: int | None = None, action_dim: int | No
         raise UserInputError(f"{source}: 'next_observations' has shape {rows['next_observations'].shape}: expected "
                              f"the shape of 'observations', {rows['observations'].shape}")
     check_finite(source, {k: rows[k] for k in ("observations", "actions", "rewards", "next_observations") if k in rows})
+    check_flags(source, {k: rows[k] for k in FLAG_KEYS if k in rows})
 
     def get(key: str, dtype: type) -> np.ndarray | None:  # d4rl casts to float32 too
         return rows[key].astype(dtype, copy=False) if key in rows else None
@@ -208,6 +241,17 @@ def qlearning_view(f: D4RLFile, terminate_on_end: bool = False, max_episode_step
         raise UserInputError(f"{f.path} has no 'timeouts' dataset: expected max_episode_steps (the env's time limit) "
                              f"to find episode ends as d4rl does")
     rows, final, ends = qlearning_rows(f.terminals, f.timeouts, terminate_on_end, max_episode_steps)
+    if rows.size == 0:
+        n = len(f)
+        if n == 1:
+            why = "a file's last row is always dropped"
+        elif f.timeouts is not None:
+            why = f"its {n - 1} rows before the last are all time-outs, which are dropped"
+        else:
+            why = f"its {n - 1} rows before the last all reach max_episode_steps={max_episode_steps}, which are dropped"
+        raise UserInputError(f"{f.path}: the qlearning view (d4rl.qlearning_dataset) keeps none of its {n} "
+                             f"row{'s' if n != 1 else ''} ({why}): expected at least one row before the last that is "
+                             f"not a time-out (the trajectory view keeps every row)")
     t = torch.from_numpy
     return OfflineDataset(
         obs=t(f.observations[rows]), action=t(f.actions[rows]), reward=t(f.rewards[rows]),

@@ -1,17 +1,34 @@
-"""One entry point for every dataset source: ``load_dataset(path_or_id) -> OfflineDataset``."""
+"""One entry point for every dataset source: ``load_dataset(path_or_id) -> OfflineDataset``; plus the env a
+dataset belongs to (``infer_env_id``) and the check that a dataset fits an env (``check_env_fits``)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Literal
 
+from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.envs.registry import make_env
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets.d4rl import View, make_view, read_d4rl
-from ctrl_rl.storage.datasets.generate import resolve_dataset_id
-from ctrl_rl.storage.datasets.minari import datasets_root, is_minari_dataset, load_minari
-from ctrl_rl.storage.datasets.native import attach_meta, read_meta
+from ctrl_rl.storage.datasets.cache import TASK_ENVS, parse_dataset_id, resolve_dataset_id
+from ctrl_rl.storage.datasets.d4rl import View, make_view, open_hdf5, read_d4rl
+from ctrl_rl.storage.datasets.minari import datasets_root, is_minari_dataset, load_minari, minari_env_id
+from ctrl_rl.storage.datasets.native import META_ATTR, DatasetMeta, attach_meta, read_meta
 from ctrl_rl.storage.datasets.offline import OfflineDataset
 
 MINARI_PREFIX = "minari:"
+_HDF5_SUFFIXES = (".hdf5", ".h5", ".hdf")
+
+# D4RL's gym-mujoco files (-v0 to -v2) were collected on gym's MuJoCo v2/v3 envs, which are not available here.
+# The closest env is the Gymnasium v5 task of the same robot; it is inferred for a file named after the task only
+# when the file's observation and action sizes are that env's (checked against the envs themselves in
+# tests/storage/test_dataset_errors.py). D4RL's Ant has 111-dim observations (contact forces of all 14 bodies)
+# and Ant-v5 105 (13 bodies), so no env is inferred for D4RL's Ant files.
+V5_TASKS = {"hopper": ("Hopper-v5", 11, 3), "halfcheetah": ("HalfCheetah-v5", 17, 6),
+            "walker2d": ("Walker2d-v5", 17, 6), "ant": ("Ant-v5", 105, 8)}
+"""Task of a D4RL-style file name -> ``(Gymnasium v5 env id, obs dim, action dim)``."""
+_D4RL_NAME = re.compile(rf"({'|'.join(V5_TASKS)})[-_](random|medium|expert|mixed|medium[-_]replay|medium[-_]expert|"
+                        r"full[-_]replay)([-_]v\d+)?", re.IGNORECASE)
 
 
 def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_on_end: bool = False,
@@ -22,33 +39,104 @@ def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_
     * an HDF5 file: ctrl_rl's own format when it carries the ``ctrl_rl`` record, else a D4RL file; ``view``
       is ``"qlearning"`` (default: ``d4rl.qlearning_dataset`` exactly) or ``"trajectory"`` (whole episodes);
     * a generated dataset id (``hopper-medium-v5``, ``walker2d-medium-replay-v5``...): the file
-      ``ctrl-rl data generate`` wrote to the dataset cache (``$CTRL_RL_DATA_DIR``, see ``generate.data_dir``);
+      ``ctrl-rl data generate`` wrote to the dataset cache (``$CTRL_RL_DATA_DIR``, see ``cache.data_dir``);
     * a Minari dataset: ``minari:<id>``, a bare id found under ``minari_root`` / ``$MINARI_DATASETS_PATH``, or
       a dataset directory (holding ``data/metadata.json``). Minari stores every next observation, so its one
       view is the trajectory view; ``view="qlearning"`` and the D4RL-only options are refused.
     """
+    kind, where, root = _locate(path_or_id, minari_root)
+    if kind == "minari":
+        return _minari(str(where), root, view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
+    f = read_d4rl(where, obs_dim, action_dim)
+    meta = read_meta(f)
+    ds = make_view(f, view or "qlearning", terminate_on_end, max_episode_steps)
+    if meta is None:
+        ds.metadata["format"] = "d4rl"
+        return ds
+    return attach_meta(ds, meta)
+
+
+def infer_env_id(path_or_id: str | Path, minari_root: str | Path | None = None) -> str | None:
+    """The env id a dataset belongs to, from its metadata or its name; None when neither tells.
+
+    * a ctrl_rl file: the ``env_id`` of its record (``Hopper-v5`` for generated datasets);
+    * a generated dataset id (``hopper-medium-v5``): its task's v5 env;
+    * a Minari dataset: the id of the env spec in its ``metadata.json`` (``Hopper-v5`` for ``mujoco/hopper/*``);
+    * a D4RL-layout file without a record, named after a D4RL gym-mujoco dataset (``hopper-medium-v2.hdf5``,
+      ``hopper_medium_replay-v2.hdf5``): the Gymnasium v5 task of that robot when the file's observation and
+      action sizes are the v5 env's (Hopper-v5, HalfCheetah-v5, Walker2d-v5), else None (D4RL's Ant, see
+      ``V5_TASKS``). The v5 dynamics are not D4RL's v2 ones: scores are only approximately comparable.
+
+    ``path_or_id`` takes every form ``load_dataset`` does, and a path or id that does not exist, or a file
+    that is not HDF5, is refused with the same one-sentence ``UserInputError``. Only the metadata and the
+    array shapes are read, not the rows.
+    """
     text = str(path_or_id)
-    minari_id = text[len(MINARI_PREFIX):] if text.startswith(MINARI_PREFIX) else None
+    parsed = parse_dataset_id(text)
+    if parsed is not None and not Path(text).expanduser().exists():  # known without the (maybe absent) file
+        return TASK_ENVS[parsed[0]]
+    kind, where, root = _locate(path_or_id, minari_root)
+    if kind == "minari":
+        return minari_env_id(str(where), root)
+    with open_hdf5(where) as f:
+        import h5py  # an optional dependency: open_hdf5 has said how to install it when it is missing
+
+        record = f.attrs.get(META_ATTR)
+        shapes = {k: f[k].shape for k in ("observations", "actions") if isinstance(f.get(k), h5py.Dataset)}
+    if record is not None:
+        return DatasetMeta.from_json(str(record), str(where)).env_id or None
+    m = _D4RL_NAME.fullmatch(Path(where).stem)
+    if m is None or len(shapes) < 2 or len(shapes["observations"]) != 2:
+        return None
+    env_id, obs_dim, action_dim = V5_TASKS[m.group(1).lower()]
+    act = shapes["actions"]
+    return env_id if shapes["observations"][1] == obs_dim and (act[1] if len(act) == 2 else 1) == action_dim else None
+
+
+def env_spec(env_id: str) -> EnvSpec:
+    """The spec of an env id, from one env built on the CPU and closed again (wrong ids: ``UserInputError``)."""
+    env = make_env(env_id, num_envs=1, device="cpu", seed=0)
+    try:
+        return env.spec
+    finally:
+        env.close()
+
+
+def check_env_fits(ds: OfflineDataset, env_id: str, spec: EnvSpec | None = None) -> None:
+    """Refuse a dataset whose observation or action size is not the env's, naming both (builds the env unless
+    its ``spec`` is given)."""
+    spec = spec if spec is not None else env_spec(env_id)
+    discrete = ds.action.ndim == 1
+    fits = ds.obs_dim == spec.obs_dim and discrete == spec.discrete and (discrete or ds.action_dim == spec.action_dim)
+    if not fits:
+        ours = (f"observations of dim {ds.obs_dim} and "
+                + ("discrete actions" if discrete else f"actions of dim {ds.action_dim}"))
+        theirs = (f"observations of dim {spec.obs_dim} and "
+                  + (f"{spec.action_dim} discrete actions" if spec.discrete else f"actions of dim {spec.action_dim}"))
+        raise UserInputError(f"{ds.metadata.get('source', 'the dataset')} has {ours} but env {env_id!r} has {theirs}: "
+                             f"expected a dataset of this env")
+
+
+def _locate(path_or_id: str | Path, minari_root: str | Path | None
+            ) -> tuple[Literal["file", "minari"], Path | str, str | Path | None]:
+    """``("file", path, None)`` or ``("minari", dataset id, root)``; refuses what is neither, in one sentence."""
+    text = str(path_or_id)
+    if text.startswith(MINARI_PREFIX):
+        return "minari", text[len(MINARI_PREFIX):], minari_root
     p = Path(text).expanduser()
-    if minari_id is None and not p.exists():
+    if not p.exists():
         p = resolve_dataset_id(text) or p
-    if minari_id is None and p.is_dir() and (p / "data" / "metadata.json").is_file():
-        return _minari(p.name, p.parent, view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
-    if minari_id is None and p.is_dir():
+    if p.is_dir():
+        if (p / "data" / "metadata.json").is_file():
+            return "minari", p.name, p.parent
         raise UserInputError(f"dataset path {p} is a directory: expected an HDF5 file or a Minari dataset directory "
                              f"holding data/metadata.json")
-    if minari_id is None and p.is_file():
-        f = read_d4rl(p, obs_dim, action_dim)
-        meta = read_meta(f)
-        ds = make_view(f, view or "qlearning", terminate_on_end, max_episode_steps)
-        if meta is None:
-            ds.metadata["format"] = "d4rl"
-            return ds
-        return attach_meta(ds, meta)
-    if minari_id is None and p.suffix.lower() in (".hdf5", ".h5", ".hdf"):
+    if p.is_file():
+        return "file", p, None
+    if p.suffix.lower() in _HDF5_SUFFIXES:
         raise UserInputError(f"dataset file {p} does not exist: expected a D4RL or ctrl_rl .hdf5 file")
-    if minari_id is not None or is_minari_dataset(text, minari_root):
-        return _minari(minari_id or text, minari_root, view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
+    if is_minari_dataset(text, minari_root):
+        return "minari", text, minari_root
     raise UserInputError(f"dataset {text!r} is neither an existing file nor a Minari dataset under "
                          f"{datasets_root(minari_root)}: expected a D4RL or ctrl_rl .hdf5 path or a local Minari id")
 

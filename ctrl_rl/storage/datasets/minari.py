@@ -13,6 +13,7 @@ observations (and ``Box`` or ``Discrete`` actions) are supported. Reading needs 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.storage.datasets.d4rl import check_flags, check_numeric
 from ctrl_rl.storage.datasets.offline import OfflineDataset, check_dims, check_finite
 
 _META_KEYS = ("dataset_id", "total_episodes", "total_steps", "algorithm_name", "minari_version", "ref_min_score",
@@ -39,6 +41,29 @@ def is_minari_dataset(dataset_id: str, root: str | Path | None = None) -> bool:
     return (datasets_root(root) / dataset_id / "data").is_dir()
 
 
+def minari_data_path(dataset_id: str, root: str | Path | None = None) -> Path:
+    """``<root>/<dataset id>/data``, refused with one sentence when it is not there (nothing is downloaded)."""
+    base = datasets_root(root)
+    data_path = base / dataset_id / "data"
+    if not data_path.is_dir():
+        raise UserInputError(f"Minari dataset {dataset_id!r} is not under {base}: expected a directory "
+                             f"{data_path} (set MINARI_DATASETS_PATH or download it with `minari download`)")
+    return data_path
+
+
+def minari_env_id(dataset_id: str, root: str | Path | None = None) -> str | None:
+    """The id of the env spec a Minari dataset records (``metadata.json``'s ``env_spec``), read without the
+    ``minari`` package; None when the dataset records no env spec."""
+    path = minari_data_path(dataset_id, root) / "metadata.json"
+    try:
+        spec = json.loads(path.read_text()).get("env_spec")
+        spec = json.loads(spec) if isinstance(spec, str) else spec
+        env_id = spec.get("id") if isinstance(spec, dict) else None
+    except (OSError, ValueError, AttributeError):  # unreadable metadata: load_minari says what is wrong
+        return None
+    return str(env_id) if env_id else None
+
+
 def _import_minari():
     try:
         import minari
@@ -52,12 +77,8 @@ def load_minari(dataset_id: str, root: str | Path | None = None, obs_dim: int | 
                 action_dim: int | None = None) -> OfflineDataset:
     """All episodes of a local Minari dataset as one OfflineDataset (no download is ever attempted)."""
     minari = _import_minari()
-    base = datasets_root(root)
-    data_path = base / dataset_id / "data"
+    data_path = minari_data_path(dataset_id, root)
     source = f"Minari dataset {dataset_id!r} at {data_path.parent}"
-    if not data_path.is_dir():
-        raise UserInputError(f"Minari dataset {dataset_id!r} is not under {base}: expected a directory "
-                             f"{data_path} (set MINARI_DATASETS_PATH or download it with `minari download`)")
     try:
         if root is None:  # the package's own lookup (reads MINARI_DATASETS_PATH)
             dataset = minari.load_dataset(dataset_id)
@@ -97,6 +118,13 @@ def load_minari(dataset_id: str, root: str | Path | None = None, obs_dim: int | 
         lengths.append(T)
     arrays = {"observations": np.concatenate(obs), "next_observations": np.concatenate(nxt),
               "actions": np.concatenate(act), "rewards": np.concatenate(rew)}
+    flags = {"terminations": np.concatenate(term), "truncations": np.concatenate(trunc)}
+    if arrays["rewards"].shape[0] == 0:
+        k = len(episodes)
+        raise UserInputError(f"{source} holds {k} episode{'s' if k != 1 else ''} of no steps: expected at least "
+                             f"one step")
+    check_numeric(source, {**arrays, **flags})
+    check_flags(source, flags)
     check_dims(source, arrays["observations"], arrays["actions"], obs_dim, None if discrete else action_dim,
                discrete=discrete)
     if discrete and action_dim is not None and int(dataset.action_space.n) != action_dim:
@@ -114,7 +142,7 @@ def load_minari(dataset_id: str, root: str | Path | None = None, obs_dim: int | 
     return OfflineDataset(
         obs=t(arrays["observations"].astype(np.float32)), action=action,
         reward=t(arrays["rewards"].astype(np.float32)), next_obs=t(arrays["next_observations"].astype(np.float32)),
-        terminated=t(np.concatenate(term).astype(bool)), truncated=t(np.concatenate(trunc).astype(bool)),
+        terminated=t(flags["terminations"].astype(bool)), truncated=t(flags["truncations"].astype(bool)),
         episode_offsets=t(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)),
         next_obs_valid=torch.ones(n, dtype=torch.bool), metadata=metadata,
     )

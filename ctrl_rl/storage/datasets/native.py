@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets.d4rl import D4RLFile, View, make_view, read_d4rl
+from ctrl_rl.storage.datasets.d4rl import D4RLFile, View, check_flags, check_numeric, make_view, read_d4rl
 from ctrl_rl.storage.datasets.offline import OfflineDataset, check_dims, check_finite, check_lengths
 
 META_ATTR = "ctrl_rl"
@@ -87,18 +87,23 @@ def write_dataset(path: str | Path, arrays: Mapping[str, Any], meta: DatasetMeta
     missing = [k for k in _ROW_KEYS[:5] if k not in data]
     if missing:
         raise UserInputError(f"{source} has no {missing[0]!r} array: expected {', '.join(_ROW_KEYS[:5])}")
+    check_numeric(source, data)
     check_lengths(source, data)
     check_dims(source, data["observations"], data["actions"], None, None)
     check_finite(source, {k: data[k] for k in ("observations", "actions", "rewards", "next_observations") if k in data})
+    check_flags(source, {k: data[k] for k in ("terminals", "timeouts")})
     dtypes = {"terminals": bool, "timeouts": bool}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with h5py.File(tmp, "w") as f:
-        for key, value in data.items():
-            value = value.astype(dtypes.get(key, np.float32)) if key in _ROW_KEYS else value
-            f.create_dataset(key, data=value, compression=compression)
-        f.attrs[META_ATTR] = meta.to_json()
-    os.replace(tmp, path)
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, value in data.items():
+                value = value.astype(dtypes.get(key, np.float32)) if key in _ROW_KEYS else value
+                f.create_dataset(key, data=value, compression=compression)
+            f.attrs[META_ATTR] = meta.to_json()
+        os.replace(tmp, path)
+    finally:  # nothing half-written: a failed write leaves neither the target nor the temporary file
+        tmp.unlink(missing_ok=True)
     return path
 
 

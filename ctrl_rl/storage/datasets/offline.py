@@ -2,6 +2,9 @@
 
 Shape letters: S transitions (rows), K episodes, O obs dim, A action dim.
 
+Observations are ``Obs`` (``ctrl_rl.core.obs``): a float32 ``[S,O]`` tensor, or for datasets recorded
+from envs with several observation parts a dict of ``[S,*part.shape]`` tensors (images uint8).
+
 Every loader (D4RL HDF5, Minari, ctrl_rl's own files) ends in the same place: an ``OfflineDataset`` of CPU
 tensors, validated once by the helpers below so that a broken file gives one sentence naming the file and
 what was expected (``UserInputError``), never a deep traceback. ``to_replay`` copies the rows into a
@@ -16,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from ctrl_rl.core.obs import Obs, ObsPart, is_flat, obs_batch_size, obs_index, obs_to, parts_from_shape, state_shape
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.replay import ReplayBuffer
 
@@ -30,10 +34,10 @@ class OfflineDataset:
     ``next_observations``); ``next_obs`` there is a copy of ``obs`` and ``to_replay`` drops the row.
     """
 
-    obs: torch.Tensor  # [S,O] float32
+    obs: Obs  # [S,O] float32, or a dict of parts [S,*part.shape] (images uint8)
     action: torch.Tensor  # [S,A] float32 ([S] int64 for a discrete action space)
     reward: torch.Tensor  # [S] float32
-    next_obs: torch.Tensor  # [S,O] float32
+    next_obs: Obs  # [S,O] float32, or a dict with the parts of obs
     terminated: torch.Tensor  # [S] bool
     truncated: torch.Tensor  # [S] bool
     episode_offsets: torch.Tensor  # [K+1] int64, first 0 and last S
@@ -42,22 +46,41 @@ class OfflineDataset:
     metadata: dict[str, Any] = field(default_factory=dict)  # source, format, view, env id, references...
 
     def __post_init__(self):
-        S = self.obs.shape[0]
+        S = obs_batch_size(self.obs)
+        if isinstance(self.obs, dict):
+            assert isinstance(self.next_obs, dict) and sorted(self.next_obs) == sorted(self.obs), \
+                f"next_obs has parts {list(self.next_obs) if isinstance(self.next_obs, dict) else 'none'}, obs {list(self.obs)}"
+            for k, v in (*self.obs.items(), *self.next_obs.items()):
+                assert v.shape[0] == S, f"observation part {k!r} has {v.shape[0]} rows, obs {S}"
+        else:
+            assert isinstance(self.next_obs, torch.Tensor), "next_obs is a dict of parts but obs a tensor"
         for name in ("action", "reward", "next_obs", "terminated", "truncated", "next_obs_valid"):
-            assert getattr(self, name).shape[0] == S, f"{name} has {getattr(self, name).shape[0]} rows, obs {S}"
+            rows = obs_batch_size(getattr(self, name))
+            assert rows == S, f"{name} has {rows} rows, obs {S}"
         assert self.episode_offsets.ndim == 1 and int(self.episode_offsets[0]) == 0
         assert int(self.episode_offsets[-1]) == S
 
     def __len__(self) -> int:
-        return self.obs.shape[0]
+        return obs_batch_size(self.obs)
 
     @property
     def num_episodes(self) -> int:
         return self.episode_offsets.numel() - 1
 
     @property
+    def obs_parts(self) -> tuple[ObsPart, ...]:
+        """The observation's parts as stored: the flat ``state`` part, or one per dict entry."""
+        if isinstance(self.obs, torch.Tensor):
+            return parts_from_shape(self.obs.shape[1:])
+        return tuple(ObsPart(k, tuple(v.shape[1:]), v.dtype) for k, v in self.obs.items())
+
+    @property
     def obs_dim(self) -> int:
-        return self.obs.shape[1]
+        """O for flat observations; with several parts the width of the ``state`` part (0 without one)."""
+        if isinstance(self.obs, torch.Tensor):
+            return self.obs.shape[1]
+        state = self.obs.get("state")
+        return 0 if state is None else state.shape[1:].numel()
 
     @property
     def action_dim(self) -> int:
@@ -87,10 +110,18 @@ def to_replay(dataset: OfflineDataset, device: torch.device | str = "cpu", capac
     if capacity < n:
         raise UserInputError(f"replay capacity {capacity} is smaller than the dataset's {n} transitions: expected at least {n}")
     discrete = dataset.action.ndim == 1
-    buf = ReplayBuffer(capacity, tuple(dataset.obs.shape[1:]), dataset.action_dim, device=device, discrete=discrete)
+    parts = dataset.obs_parts
+    obs_parts = () if is_flat(parts) else parts  # flat data: the buffer exactly as before parts existed
+    buf = ReplayBuffer(capacity, state_shape(parts), dataset.action_dim, device=device, discrete=discrete,
+                       obs_parts=obs_parts)
     dev = buf.device
-    buf.add(dataset.obs[keep].to(dev), dataset.action[keep].to(dev), dataset.reward[keep].to(dev),
-            dataset.next_obs[keep].to(dev), dataset.terminated[keep].to(dev), dataset.truncated[keep].to(dev))
+
+    def rows(o: Obs) -> Obs:  # a dict holding only a float32 "state" part goes in as the flat tensor
+        o = o["state"] if isinstance(o, dict) and not obs_parts else o
+        return obs_to(obs_index(o, keep), dev)
+
+    buf.add(rows(dataset.obs), dataset.action[keep].to(dev), dataset.reward[keep].to(dev),
+            rows(dataset.next_obs), dataset.terminated[keep].to(dev), dataset.truncated[keep].to(dev))
     return buf
 
 

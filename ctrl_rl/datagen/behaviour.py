@@ -21,6 +21,7 @@ expert policy, 100 episodes each) and the medium-replay recipe (the run's first 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,10 +30,18 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
+import gymnasium
 import torch
 from torch import nn
 
+from ctrl_rl.algos.sac import Actor, SACConfig
+from ctrl_rl.config import OffPolicyLoopConfig, from_dict, load_preset
+from ctrl_rl.envs.gymnasium import make
+from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.storage.datasets.cache import TASK_ENVS
+from ctrl_rl.storage.datasets.scores import ReferenceScores, task_key
 
 FORMAT = "ctrl_rl.behaviour"
 VERSION = 1
@@ -40,20 +49,17 @@ MANIFEST_FORMAT = "ctrl_rl.behaviour_manifest"
 MANIFEST_NAME = "manifest.json"
 BEHAVIOUR_DIR_ENV = "CTRL_RL_BEHAVIOUR_DIR"
 POLICY_LEVELS = ("medium", "expert")
-TASK_ENVS = {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "walker2d": "Walker2d-v5"}
 _SOURCE_KEYS = ("run_command", "checkpoint_step", "train_seed", "eval_return_mean", "eval_return_std", "eval_episodes")
 
 
 def behaviour_dir() -> Path:
-    """``$CTRL_RL_BEHAVIOUR_DIR``, else the package's ``ctrl_rl/data/behaviour``."""
+    """``$CTRL_RL_BEHAVIOUR_DIR``, else the package's ``ctrl_rl/data/behaviour`` (package data, see setup.cfg)."""
     env = os.environ.get(BEHAVIOUR_DIR_ENV)
-    return Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "data" / "behaviour"
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / "data" / "behaviour"
 
 
 def task_of(env_id: str) -> str:
     """``Hopper-v5`` (also ``envpool:Hopper-v5``, ``hopper``) -> ``hopper``; refuses tasks without policies."""
-    from ctrl_rl.storage.datasets.scores import task_key
-
     key = task_key(env_id.split(":", 1)[-1])
     if key not in TASK_ENVS or env_id.split(":", 1)[-1] not in (TASK_ENVS[key], key):
         raise UserInputError(f"env {env_id!r} has no D4RL-protocol behaviour policies: expected one of "
@@ -70,10 +76,6 @@ def behaviour_path(task: str, level: str, root: str | Path | None = None) -> Pat
 
 def env_dims(env_id: str) -> tuple[int, int]:
     """Observation and action dims of a Gymnasium env id (``Hopper-v5`` -> ``(11, 3)``)."""
-    import gymnasium
-
-    from ctrl_rl.envs.gymnasium import make
-
     try:
         env = make(env_id)
     except gymnasium.error.Error as e:
@@ -95,12 +97,13 @@ def file_sha256(path: str | Path) -> str:
 
 # -- building the actor ---------------------------------------------------------------------------------
 def build_actor(sac_config: Mapping[str, Any], obs_dim: int, action_dim: int, env_id: str = "") -> nn.Module:
-    """ctrl_rl's SAC ``Actor`` for a saved ``SACConfig`` dict (lists become tuples), in evaluation mode."""
-    from ctrl_rl.algos.sac import Actor, SACConfig
-    from ctrl_rl.config import from_dict
-    from ctrl_rl.envs.protocol import EnvSpec
+    """ctrl_rl's SAC ``Actor`` for a saved ``SACConfig`` dict (lists become tuples), in evaluation mode.
 
-    cfg = from_dict(SACConfig, dict(sac_config), "behaviour sac_config")
+    Keys that are no longer ``SACConfig`` fields are skipped: the shipped files were written when the loop
+    settings (``batch_size``, ``buffer_size``...) still lived in the algorithm config, and the actor never
+    depended on them. A state dict that does not fit the rebuilt actor is still refused by ``load_behaviour``."""
+    fields = {f.name for f in dataclasses.fields(SACConfig)}
+    cfg = from_dict(SACConfig, {k: v for k, v in sac_config.items() if k in fields}, "behaviour sac_config")
     spec = EnvSpec(env_id, (int(obs_dim),), False, int(action_dim))
     return Actor(cfg, spec).eval()
 
@@ -122,13 +125,13 @@ def training_command(run: Mapping[str, Any], algo_cfg: Mapping[str, Any], algo: 
     keeps the resolved configs, which are what a re-run uses)."""
     parts = ["ctrl-rl", "train", algo]
     base: dict[str, Any] = {}
+    preset_loop: dict[str, Any] = {}
     if run.get("preset"):
         parts += ["--preset", str(run["preset"])]
         try:
-            from ctrl_rl.config import load_preset
-
             preset = load_preset(str(run["preset"]))
             base = dict(preset.config)
+            preset_loop = dict(preset.loop)
             if preset.run.get("env") != run.get("env"):
                 parts += ["--env", str(run["env"])]
         except UserInputError:  # the preset file is not here: every field below is still in the manifest
@@ -138,8 +141,6 @@ def training_command(run: Mapping[str, Any], algo_cfg: Mapping[str, Any], algo: 
     if run.get("num_envs", 1) != 1:
         parts += ["--num-envs", str(run["num_envs"])]
     parts += ["--seed", str(run["seed"]), "--total-steps", str(run["total_steps"])]
-    from ctrl_rl.algos.sac import SACConfig
-
     defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in SACConfig().__dict__.items()}
     for key, value in algo_cfg.items():
         ref = base.get(key, defaults.get(key))
@@ -149,9 +150,15 @@ def training_command(run: Mapping[str, Any], algo_cfg: Mapping[str, Any], algo: 
                 parts.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
             else:
                 parts += [f"--{key.replace('_', '-')}", *map(str, vals)]
-    if run.get("keep_every"):
-        parts += ["--keep-every", str(run["keep_every"])]
-    if run.get("save_replay"):
+    loop = dict(run.get("loop") or {})  # loop settings (format 1 runs kept keep_every/save_replay in the run)
+    keep_every, save_replay = loop.pop("keep_every", run.get("keep_every")), loop.pop("save_replay", run.get("save_replay"))
+    loop_defaults = {**OffPolicyLoopConfig().__dict__, **preset_loop}
+    for key, value in loop.items():
+        if key in loop_defaults and value != loop_defaults[key] and value is not None:
+            parts += [f"--{key.replace('_', '-')}", str(value)]
+    if keep_every:
+        parts += ["--keep-every", str(keep_every)]
+    if save_replay:
         parts.append("--save-replay")
     return " ".join(parts)
 
@@ -163,8 +170,6 @@ def export_behaviour(checkpoint_path: str | Path, level: str, out_path: str | Pa
 
     ``eval_stats``: ``{"mean", "std", "episodes"}`` of the policy's evaluation (sampled actions) that chose it.
     """
-    from ctrl_rl.learn.checkpoint import load_checkpoint
-
     if level not in POLICY_LEVELS:
         raise UserInputError(f"behaviour level {level!r}: expected one of {', '.join(POLICY_LEVELS)}")
     ck = load_checkpoint(Path(checkpoint_path), expect_algo="sac")
@@ -266,8 +271,6 @@ def save_manifest(manifest: Mapping[str, Any], root: str | Path | None = None) -
 
 def local_references(manifest: Mapping[str, Any]) -> dict:
     """Task -> ``ReferenceScores`` of every task whose references the manifest holds."""
-    from ctrl_rl.storage.datasets.scores import ReferenceScores
-
     out = {}
     for task, entry in manifest.get("tasks", {}).items():
         refs = entry.get("references")

@@ -1,16 +1,17 @@
 """D4RL-protocol generation: collection layout, qpos/qvel, sampled actions, stitching, replay rows, behaviour files."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from ctrl_rl.cli import main
+from ctrl_rl.datagen.behaviour import load_behaviour, load_manifest
+from ctrl_rl.datagen.generate import collect, complete_returns, generate, replay_rows, stitch
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets import load_dataset
-from ctrl_rl.storage.datasets.behaviour import load_behaviour, load_manifest
-from ctrl_rl.storage.datasets.generate import collect, complete_returns, generate, replay_rows, stitch
 
 pytest.importorskip("mujoco")
 
@@ -130,7 +131,7 @@ def test_bad_generate_input_exits_2_and_writes_nothing(argv, match, tmp_path, mo
 def tiny_actor(obs_dim=11, action_dim=3, scale=0.3):
     """A 16-unit SAC actor with small weights and std ~0.2, so its actions stay well inside (-1, 1)."""
     from ctrl_rl.algos.sac import SACConfig
-    from ctrl_rl.storage.datasets.behaviour import build_actor
+    from ctrl_rl.datagen.behaviour import build_actor
 
     torch.manual_seed(0)
     actor = build_actor({**SACConfig().__dict__, "actor_hidden": [16, 16]}, obs_dim, action_dim)
@@ -208,13 +209,14 @@ def test_replay_rows_of_several_envs_keep_episodes_contiguous():
 def tiny_run(tmp_path_factory):
     """A 400-step SAC run on Hopper-v5 with 16-unit networks, snapshots every 200 steps and the replay saved."""
     from ctrl_rl.algos.sac import SACConfig
-    from ctrl_rl.config import RunConfig
+    from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
     from ctrl_rl.learn.offpolicy import train_offpolicy
 
     d = tmp_path_factory.mktemp("tiny") / "run"
     run = RunConfig(env="Hopper-v5", num_envs=1, total_steps=400, seed=0, run_dir=str(d), progress=False,
-                    log_every=100, checkpoint_every=1000, save_replay=True, keep_every=200)
-    cfg = SACConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), batch_size=32, learning_starts=200)
+                    log_every=100, checkpoint_every=1000,
+                    loop=OffPolicyLoopConfig(batch_size=32, learning_starts=200, save_replay=True, keep_every=200))
+    cfg = SACConfig(actor_hidden=(16, 16), critic_hidden=(16, 16))
     train_offpolicy(run, "sac", cfg, d)
     return d
 
@@ -360,7 +362,7 @@ def test_from_run_without_replay_or_of_another_run_is_refused(tiny_behaviour, ti
 
 
 def test_an_interrupted_write_leaves_nothing_behind(tmp_path, monkeypatch):
-    import ctrl_rl.storage.datasets.generate as G
+    import ctrl_rl.datagen.generate as G
 
     def crash(path, arrays, meta):
         path.write_bytes(b"half")
@@ -392,3 +394,28 @@ def test_more_bad_generate_input(argv, match, tmp_path, monkeypatch, capsys):
 def test_a_missing_generated_id_says_how_to_make_it():
     with pytest.raises(UserInputError, match="ctrl-rl data generate --env Walker2d-v5 --level medium-replay"):
         load_dataset("walker2d-medium-replay-v5")
+
+
+@pytest.mark.parametrize("where", ["under a file", "proc", "reference file under a file"])
+def test_an_unwritable_output_is_refused_before_any_work(where, tmp_path, monkeypatch, capsys):
+    """Tests run as root, where permission bits do not stop a write: a path under a regular file, or in /proc, does.
+    Nothing is generated (collect would raise) and nothing is written, not even the local reference file."""
+    import ctrl_rl.datagen.generate as G
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("generation started before the outputs were checked")
+
+    monkeypatch.setattr(G, "collect", no_work)
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    out = {"under a file": blocker / "sub" / "out.hdf5", "proc": Path("/proc/ctrl_rl_test/out.hdf5"),
+           "reference file under a file": tmp_path / "new" / "out.hdf5"}[where]
+    if where == "reference file under a file":
+        monkeypatch.setenv("CTRL_RL_REFERENCE_SCORES", str(blocker / "refs.json"))
+    argv = ["data", "generate", "--env", "Hopper-v5", "--level", "random", "--steps", "50", "--num-envs", "2",
+            "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected" in err
+    assert ("local reference file" in err) if where.startswith("reference") else (f"--out {out}" in err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"] and blocker.read_text() == "x"

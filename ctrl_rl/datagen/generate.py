@@ -30,7 +30,11 @@ recorded. Measured cost (experiments/data/bench_collect.py, on a busy 2-core mac
 Hopper/Walker2d rows of a SAC policy, 100 for HalfCheetah: an estimated one to two minutes per 1M with two
 workers on two idle cores (not measured idle). Files go to ``$CTRL_RL_DATA_DIR``, else
 ``$XDG_CACHE_HOME/ctrl_rl/datasets``, else ``~/.cache/ctrl_rl/datasets``, as ``<task>-<level>-v5.hdf5``, written
-atomically; ``load_dataset("hopper-medium-v5")`` finds them there.
+atomically; ``load_dataset("hopper-medium-v5")`` finds them there (``ctrl_rl.storage.datasets.cache`` owns the cache
+and the ids, so reading needs nothing from here). ``plan`` refuses an output path, or the local reference file,
+that cannot be written before any generation work.
+
+The medium-replay re-run is the one call into the training loop: ``_rerun_replay`` (``train_offpolicy``).
 
 Shape letters: N envs, H episode horizon, S rows, O obs dim, A action dim.
 """
@@ -41,7 +45,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -49,47 +52,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+import gymnasium
 import numpy as np
 import torch
 
+from ctrl_rl.config import parse_saved
+from ctrl_rl.datagen import behaviour as B
+from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets import behaviour as B
+from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.offpolicy import train_offpolicy
+from ctrl_rl.storage.datasets.cache import DATA_DIR_ENV, LEVELS, check_writable, data_dir, dataset_name
 from ctrl_rl.storage.datasets.native import DatasetMeta, write_dataset
+from ctrl_rl.storage.datasets.scores import (
+    D4RL_REFERENCES,
+    D4RL_SOURCE,
+    LOCAL_REFS_ENV,
+    default_local_references_path,
+    load_local_references,
+    normalized_score_from,
+    save_local_references,
+)
 
-LEVELS = ("random", "medium", "expert", "medium-expert", "medium-replay")
-DATA_DIR_ENV = "CTRL_RL_DATA_DIR"
-_ID = re.compile(r"(halfcheetah|hopper|walker2d)-(random|medium-expert|medium-replay|medium|expert)-v5")
 _REPLAY_KEYS = {"obs": "observations", "action": "actions", "reward": "rewards", "next_obs": "next_observations",
                 "terminated": "terminals", "truncated": "timeouts"}
 
 Policy = Callable[[torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
-
-
-# -- where datasets live ----------------------------------------------------------------------------------------
-def data_dir() -> Path:
-    """``$CTRL_RL_DATA_DIR``, else ``$XDG_CACHE_HOME/ctrl_rl/datasets``, else ``~/.cache/ctrl_rl/datasets``."""
-    if os.environ.get(DATA_DIR_ENV):
-        return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache).expanduser() / "ctrl_rl" / "datasets"
-
-
-def dataset_name(task: str, level: str) -> str:
-    return f"{task}-{level}-v5"
-
-
-def resolve_dataset_id(text: str) -> Path | None:
-    """The cached file of a generated dataset id (``hopper-medium-v5``); None if ``text`` is not such an id.
-    Refuses an id whose file has not been generated yet, saying how to make it."""
-    m = _ID.fullmatch(str(text))
-    if m is None:
-        return None
-    path = data_dir() / f"{text}.hdf5"
-    if not path.is_file():
-        task, level = m.groups()
-        raise UserInputError(f"dataset {text!r} has not been generated (no file at {path}): expected "
-                             f"`ctrl-rl data generate --env {B.TASK_ENVS[task]} --level {level}` to make it first")
-    return path
 
 
 # -- collection -----------------------------------------------------------------------------------------------------
@@ -118,10 +106,6 @@ def _one_thread() -> Iterator[None]:
 def make_envs(env_id: str, n: int, max_episode_steps: int | None = None) -> tuple[list, int]:
     """``n`` unwrapped Gymnasium MuJoCo envs and the episode horizon (the registered time limit unless given).
     The time limit is applied by the caller, so that ``terminated`` and ``truncated`` stay apart."""
-    import gymnasium
-
-    from ctrl_rl.envs.gymnasium import make
-
     try:
         envs = [make(env_id) for _ in range(n)]
     except gymnasium.error.Error as e:
@@ -452,8 +436,6 @@ def _ref_scores(task: str, manifest: Mapping[str, Any]) -> dict:
         return {"random": refs.random, "expert": refs.expert,
                 "source": f"local v5 references ({B.TASK_ENVS[task]}: uniform random and expert SAC policy, "
                           f"{refs.episodes} episodes each, ctrl_rl behaviour manifest)"}
-    from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES, D4RL_SOURCE
-
     ref = D4RL_REFERENCES[task]
     return {"random": ref.random, "expert": ref.expert, "source": D4RL_SOURCE}
 
@@ -471,8 +453,6 @@ def _read_record(path: Path) -> DatasetMeta | None:
 
 def _merge_local_references(refs: Mapping[str, Any]) -> None:
     """Write the manifest's references into the local reference file (``--refs local``), keeping other tasks'."""
-    from ctrl_rl.storage.datasets.scores import load_local_references, save_local_references
-
     try:
         merged = {**load_local_references().scores, **refs}
     except UserInputError:  # no file yet (or an unreadable one, which this replaces)
@@ -498,7 +478,8 @@ def _reusable(job: Job) -> bool:
 
 def plan(env_id: str, level: str, steps: int = 1_000_000, seed: int = 0, num_envs: int = 32, out: str | None = None,
          force: bool = False, from_run: str | None = None) -> list[Job]:
-    """Check every input and list the datasets to produce, before anything is written."""
+    """Check every input and list the datasets to produce, before anything is written (or generated): the
+    output files and the local reference file must be writable."""
     task = B.task_of(env_id)
     if env_id != B.TASK_ENVS[task]:
         raise UserInputError(f"env {env_id!r}: expected the Gymnasium id {B.TASK_ENVS[task]!r}")
@@ -550,26 +531,42 @@ def plan(env_id: str, level: str, steps: int = 1_000_000, seed: int = 0, num_env
                 raise UserInputError(f"the behaviour manifest has no medium checkpoint step for {task}: expected "
                                      f"experiments/data/export_behaviour.py to have recorded it")
             request = {"env_steps": int(step), "policy_sha256": policies["medium"]["sha256"]}
-            inputs.update(policy=policies["medium"]["path"], training=entry.get("training", {}))
-            if from_run is not None:
-                inputs["rows"], inputs["run"] = _run_replay(from_run, task, int(step), policies["medium"]["path"])
-            elif not entry.get("training", {}).get("run") or not entry["training"].get("algo"):
+            training = entry.get("training", {})
+            inputs.update(policy=policies["medium"]["path"], training=training)
+            if from_run is None and (not training.get("run") or not training.get("algo")):
                 raise UserInputError(f"the behaviour manifest has no training config for {task}: expected --from-run "
                                      f"RUN_DIR (the behaviour-training run, trained with --save-replay)")
         jobs.append(Job(task, lvl, path, request, inputs))
-    if force:
-        return jobs
-    for job in jobs:  # refuses a file another request made
-        if "parts" in job.inputs:
-            job.inputs["parts"] = [dataclasses.replace(p, reuse=_reusable(p)) for p in job.inputs["parts"]]
-    return [dataclasses.replace(job, reuse=_reusable(job)) for job in jobs]
+    if not force:
+        for job in jobs:  # refuses a file another request made
+            if "parts" in job.inputs:
+                job.inputs["parts"] = [dataclasses.replace(p, reuse=_reusable(p)) for p in job.inputs["parts"]]
+        jobs = [dataclasses.replace(job, reuse=_reusable(job)) for job in jobs]
+    _check_outputs(jobs, out, manifest)
+    for job in jobs:
+        if job.level == "medium-replay" and from_run is not None:
+            job.inputs["rows"], job.inputs["run"] = _run_replay(from_run, task, job.request["env_steps"],
+                                                                job.inputs["policy"])
+    return jobs
+
+
+def _check_outputs(jobs: list[Job], out: str | None, manifest: Mapping[str, Any]) -> None:
+    """Refuse an output that cannot be written (every file ``run_jobs`` will write, and the local reference file
+    it updates), so that a bad ``--out`` fails before the generation work, with nothing written."""
+    what = f"--out {out}" if out is not None else f"the dataset cache (${DATA_DIR_ENV})"
+    for job in jobs:
+        if not job.reuse:
+            for j in (*job.inputs.get("parts", ()), job):
+                if not j.reuse:
+                    check_writable(j.path, what)
+    if B.local_references(manifest):
+        ref = default_local_references_path()
+        check_writable(ref, f"the local reference file {ref} (${LOCAL_REFS_ENV})")
 
 
 def _run_replay(run_dir: str, task: str, step: int, medium_policy: str) -> tuple[dict, str]:
     """The first ``step`` replay rows of a SAC run with --save-replay; refuses a run that did not make the medium
     policy (when its snapshot at that step is still there)."""
-    from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
-
     d = Path(run_dir)
     if not d.is_dir():
         raise UserInputError(f"--from-run {run_dir!r} is not a directory: expected the run directory of the "
@@ -593,17 +590,15 @@ def _run_replay(run_dir: str, task: str, step: int, medium_policy: str) -> tuple
 
 
 def _rerun_replay(training: Mapping[str, Any], step: int, progress: bool) -> dict:
-    """Re-run the recorded seeded training for ``step`` env steps with --save-replay; its first ``step`` rows."""
-    from ctrl_rl.algos.sac import SACConfig
-    from ctrl_rl.config import RunConfig, from_dict
-    from ctrl_rl.learn.checkpoint import load_checkpoint
-    from ctrl_rl.learn.offpolicy import train_offpolicy
+    """Re-run the recorded seeded training for ``step`` env steps with --save-replay; its first ``step`` rows.
 
-    cfg = from_dict(SACConfig, dict(training["algo"]), "manifest training algo")
-    base = from_dict(RunConfig, dict(training["run"]), "manifest training run")
+    The one place where data generation drives a training loop (``ctrl_rl.learn.offpolicy.train_offpolicy``)."""
+    # the manifest records the training config as it was written (loop settings may sit in the algorithm config)
+    _, base, cfg = parse_saved({"algo": "sac", "run": dict(training["run"]), "config": dict(training["algo"])},
+                               "manifest training")
     with tempfile.TemporaryDirectory(prefix="ctrl_rl-medium-replay-") as tmp:
-        run = dataclasses.replace(base, total_steps=step, run_dir=tmp, resume=None, save_replay=True, keep_every=0,
-                                  progress=progress)
+        loop = dataclasses.replace(base.loop, save_replay=True, keep_every=0)
+        run = dataclasses.replace(base, total_steps=step, run_dir=tmp, resume=None, progress=progress, loop=loop)
         train_offpolicy(run, "sac", cfg, Path(tmp))
         ck = load_checkpoint(Path(tmp) / "checkpoints" / "latest.pt", expect_algo="sac")
         return replay_rows(ck["replay"], step, run.num_envs, "re-run of the behaviour training")
@@ -654,8 +649,6 @@ def _write(job: Job, rows: dict, policy: str, extra: dict, seed: int | None, sec
 
 def _summary(job: Job, seconds: float, reused: bool) -> dict:
     import h5py
-
-    from ctrl_rl.storage.datasets.scores import normalized_score_from
 
     with h5py.File(job.path, "r") as f:
         rows = {k: f[k][()] for k in ("rewards", "terminals", "timeouts")}
@@ -733,5 +726,5 @@ def generate(env_id: str, level: str, steps: int = 1_000_000, seed: int = 0, num
     return list(run_jobs(plan(env_id, level, steps, seed, num_envs, out, force, from_run), progress, workers))
 
 
-__all__ = ["LEVELS", "collect", "complete_returns", "data_dir", "episode_returns", "generate", "plan",
-           "replay_rows", "resolve_dataset_id", "run_jobs", "stitch"]
+__all__ = ["LEVELS", "collect", "complete_returns", "episode_returns", "generate", "plan", "replay_rows", "run_jobs",
+           "stitch"]

@@ -1,0 +1,143 @@
+"""The algorithm registry: one entry per algorithm, written by the algorithm's own file.
+
+An entry says everything the rest of ctrl_rl needs to know about an algorithm: its name, its frozen config
+class (and the defaults a variant sets on it), how to build it from ``(config, spec, device, generator)``,
+which training regime runs it, the run and loop settings it defaults to, a one-line summary, and a few
+optional hooks for the steps that differ between algorithms of one regime. The CLI, config loading,
+evaluation, export and ``ctrl-rl list algos`` read the registry; no other table of algorithm names exists.
+
+    from ctrl_rl.algos.registry import AlgoEntry, register
+    register(AlgoEntry("my_algo", MyConfig, MyAlgo, regime="off-policy", summary="..."))
+
+Regimes and the loop each one runs in (``ctrl_rl.learn``):
+
+- ``on-policy``: envs -> rollout storage -> ``update(rollout)`` (PPO).
+- ``off-policy``: envs -> replay buffer -> ``update(batch)`` x UTD (SAC, SAC Flow).
+- ``offline``: dataset -> buffer -> ``update(batch)``, evaluated in the env (CQL, Cal-QL, IQL).
+- ``offline-to-online``: the off-policy loop started from a pre-trained checkpoint (``--init``) and/or with
+  offline data mixed into the batches (WSRL, RLPD, SAC Flow O2O).
+- ``model-based`` and ``actor-learner``: reserved for the world-model and actor-learner loops.
+
+The algorithm contract (see docs/architecture.md): ``act(obs, deterministic=False) -> action``,
+``update(batch, sync=False) -> dict[str, Tensor]`` (device tensors; the loop converts them once per log
+step), ``state_dict()`` / ``load_state_dict()``, ``parameters_finite() -> bool``, ``exportable() -> nn.Module``,
+and a ``gen`` attribute (its ``torch.Generator``). On-policy algorithms also have ``sample(obs) -> (action,
+log_prob)``, ``rollout_steps`` and ``schedule(progress)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Mapping
+
+from ctrl_rl.errors import UserInputError
+
+Regime = Literal["on-policy", "off-policy", "offline", "offline-to-online", "model-based", "actor-learner"]
+REGIMES: tuple[str, ...] = ("on-policy", "off-policy", "offline", "offline-to-online", "model-based", "actor-learner")
+
+# update_step(algo, sampler, batch_size, config) -> info: one update drawing its batch(es) from ``sampler``
+UpdateStep = Callable[[Any, Any, int, Any], dict]
+
+
+def default_update_step(algo, sampler, batch_size: int, config) -> dict:
+    """One update on one batch of ``batch_size`` drawn with the algorithm's generator."""
+    return algo.update(sampler.sample(batch_size, algo.gen), sync=False)
+
+
+@dataclass(frozen=True)
+class AlgoEntry:
+    """One registered algorithm. Only ``name``, ``config``, ``make``, ``regime`` and ``summary`` are required."""
+
+    name: str
+    """The name users type: ``ctrl-rl train NAME``."""
+    config: type
+    """Frozen dataclass of the algorithm's hyperparameters (every field becomes a flag)."""
+    make: Callable[..., Any]
+    """``make(config, spec, device, generator, **loop_kwargs) -> algorithm``."""
+    regime: Regime
+    """Which loop trains it (see the module docstring)."""
+    summary: str
+    """One line for ``ctrl-rl list algos``."""
+    config_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Config fields this entry sets on ``config`` (a variant, e.g. Cal-QL = CQL with ``calql=True``)."""
+    run_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """RunConfig fields this algorithm starts from when no preset gives them (budget, log intervals, ...)."""
+    loop_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Loop config fields this algorithm starts from (batch size, warm-up, offline ratio, ...)."""
+    update_step: UpdateStep = default_update_step
+    """How one update draws its batch(es) (WSRL: several critic minibatches; SAC Flow O2O: its own loss)."""
+    pretrain_step: UpdateStep | None = None
+    """Offline-to-online only: the update of an offline pre-training phase of ``--offline-steps`` gradient
+    steps on ``--dataset``, run as an offline run whose checkpoint the online run starts from."""
+    prepare_offline: Callable[[Any, Any, Any], tuple[Any, dict]] | None = None
+    """Offline only: ``prepare_offline(dataset, buffer, config) -> (sampler, record)`` (IQL's reward scale,
+    Cal-QL's Monte-Carlo returns); ``record`` goes into the checkpoint."""
+    init_from: tuple[str, ...] = ()
+    """Algorithms whose checkpoints can start this one (``--init``); empty: ``--init`` is refused."""
+    init_fields: tuple[str, ...] = ()
+    """Config fields that fix parameter shapes: with ``--init`` they are taken from the checkpoint's config."""
+    requires_init: bool = False
+    """``--init`` is required (WSRL fine-tunes a pre-trained run)."""
+    requires_dataset: bool = False
+    """``--dataset`` is required (offline learners, RLPD, SAC Flow O2O)."""
+    continuous_only: bool = True
+    """The algorithm needs continuous actions."""
+    scale_envs: Callable[[int, Any, int], tuple[int, Any]] | None = None
+    """``scale_envs(num_envs, config, k) -> (num_envs, config)``: the co-scaling rule behind ``--scale-envs``."""
+    distributed: bool = False
+    """Runs data-parallel under torchrun."""
+
+    def __post_init__(self) -> None:
+        if self.regime not in REGIMES:
+            raise ValueError(f"algorithm {self.name!r} has unknown regime {self.regime!r}: expected one of {REGIMES}")
+        if not dataclasses.is_dataclass(self.config):
+            raise TypeError(f"algorithm {self.name!r}: config must be a dataclass, got {self.config!r}")
+        names = {f.name for f in dataclasses.fields(self.config)}
+        unknown = set(self.config_defaults) - names
+        if unknown:
+            raise ValueError(f"algorithm {self.name!r}: config_defaults name unknown fields {sorted(unknown)}")
+
+    def default_config(self, **overrides: Any) -> Any:
+        """The config this entry trains with by default, with ``overrides`` applied."""
+        return self.config(**{**self.config_defaults, **overrides})
+
+
+_REGISTRY: dict[str, AlgoEntry] = {}
+
+
+def register(entry: AlgoEntry, replace: bool = False) -> AlgoEntry:
+    """Add ``entry``; a second entry of the same name is refused unless ``replace``."""
+    if entry.name in _REGISTRY and not replace:
+        raise ValueError(f"algorithm {entry.name!r} is already registered")
+    _REGISTRY[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _load_builtin() -> None:
+    import ctrl_rl.algos  # noqa: F401  (its __init__ imports every algorithm file, which registers itself)
+
+
+def names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def entries() -> list[AlgoEntry]:
+    _load_builtin()
+    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
+
+
+def get(name: str) -> AlgoEntry:
+    """The entry called ``name``, or one sentence naming the unknown name and the known ones."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserInputError(f"unknown algorithm {name!r}{hint}: expected one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]

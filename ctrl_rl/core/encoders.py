@@ -1,0 +1,220 @@
+"""Observation encoders: an ``Obs`` batch (``ctrl_rl.core.obs``) -> features ``[B,F]`` for the MLP heads.
+
+``make_encoder(parts, cfg)`` builds one ``Encoder`` per observation layout:
+
+- flat observations (the single float32 ``state`` part): a pass-through. ``forward`` returns the very
+  tensor it was given (``[B,O]``; a multi-dim state is flattened, a view), so vector envs pay nothing
+  and their networks and checkpoints are the ones they had before encoders existed;
+- vector parts (``state`` and any other non-image, non-language name): flattened as they are, cast to
+  float32;
+- image parts (``image/<camera>``, uint8 ``[C,H,W]``): the DrQ / SAC-AE convolutional encoder (Yarats
+  et al. 2021, "Image Augmentation Is All You Need", and 2019, "Improving Sample Efficiency in
+  Model-Free RL from Images"): ``x / 255``, a 3x3 conv with stride 2, ``cnn_layers - 1`` 3x3 convs with
+  stride 1 (ReLU after each, no padding), flatten, Linear to ``image_features``, LayerNorm, tanh, with
+  DrQ's initialisation (orthogonal Linear weights; delta-orthogonal convs: only the kernel's centre tap
+  is set, orthogonal with ReLU gain). Each camera has its own CNN;
+- language parts: int64 token ids ``[L]`` go through an embedding (``token_vocab`` x ``token_dim``)
+  and a mean over the non-padding tokens (id 0 is padding, as in the BERT and T5 vocabularies); a
+  float32 instruction embedding ``[D]`` passes through;
+- fusion: the features of all parts concatenated in the order of ``parts``.
+
+``random_shift`` is DrQ's augmentation (pad by replicating the border, crop back at a random offset);
+the algorithm applies it to image parts before the encoder, so the encoder itself stays deterministic.
+
+Shape letters: B batch, C channels, H height, W width, L tokens, F features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ctrl_rl.core.obs import Obs, ObsPart, is_flat
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """How observation parts other than a flat state are encoded (see the module docstring)."""
+
+    cnn_channels: int = 32
+    """Channels of every conv layer (DrQ and SAC-AE: 32)."""
+    cnn_layers: int = 4
+    """Conv layers per camera: one with stride 2, the rest with stride 1 (DrQ and SAC-AE: 4; 2 is much
+    cheaper on CPU for small, simple scenes such as ``torch:PointMassPixels``)."""
+    image_features: int = 50
+    """Output size of each camera's Linear + LayerNorm + tanh (DrQ and SAC-AE: 50)."""
+    token_vocab: int = 0
+    """Vocabulary size for int64 language token ids (the tokenizer's); required when such a part exists."""
+    token_dim: int = 64
+    """Embedding size of a language token; also the feature size of a token-id part."""
+
+    def __post_init__(self):
+        for name in ("cnn_channels", "cnn_layers", "image_features", "token_dim"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"EncoderConfig.{name} must be a positive integer, got {getattr(self, name)!r}.")
+        if int(self.token_vocab) < 0:
+            raise ValueError(f"EncoderConfig.token_vocab must be >= 0, got {self.token_vocab!r}.")
+
+
+# ---- augmentation ----------------------------------------------------------------------------------
+
+
+def shift_images(images: torch.Tensor, shifts: torch.Tensor, pad: int) -> torch.Tensor:
+    """Each image padded by ``pad`` border-replicated pixels, then cropped back at offset ``shifts``.
+
+    Args:
+        images: ``[B,C,H,W]``, any dtype (uint8 stays uint8; values are only moved, never mixed).
+        shifts: ``[B,2]`` integer (row, column) offsets of the crop into the padded image, in
+            ``[0, 2*pad]``; ``(pad, pad)`` gives the image back unchanged.
+        pad: border width.
+
+    Returns:
+        ``[B,C,H,W]``: ``out[b, c, i, j] = images[b, c, clip(i + dy - pad, 0, H-1), clip(j + dx - pad, 0, W-1)]``
+        with ``(dy, dx) = shifts[b]``. Clamping the source index is exactly replicate padding, so no
+        padded copy is made.
+    """
+    B, C, H, W = images.shape
+    dev = images.device
+    rows = (torch.arange(H, device=dev) + (shifts[:, 0:1] - pad)).clamp_(0, H - 1)  # [B,H]
+    cols = (torch.arange(W, device=dev) + (shifts[:, 1:2] - pad)).clamp_(0, W - 1)  # [B,W]
+    b = torch.arange(B, device=dev).view(B, 1, 1, 1)  # [B,1,1,1]
+    c = torch.arange(C, device=dev).view(1, C, 1, 1)  # [1,C,1,1]
+    return images[b, c, rows.view(B, 1, H, 1), cols.view(B, 1, 1, W)]  # [B,C,H,W]
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """DrQ random shift: replicate-pad by ``pad``, crop back to ``H x W`` at a per-sample random offset.
+
+    Args:
+        images: ``[B,C,H,W]`` uint8 or float.
+        pad: border width (DrQ: 4 for 84x84 images).
+        generator: source of the offsets; it must live on ``images.device``.
+
+    Returns:
+        ``[B,C,H,W]``, same dtype. Offsets are integers, uniform in ``[0, 2*pad]`` per axis and sample
+        (DrQ's integer crop; DrQ-v2's bilinear ``grid_sample`` at pixel-aligned shifts is the same map).
+    """
+    if pad < 0:
+        raise ValueError(f"random_shift pad must be >= 0, got {pad}.")
+    shifts = torch.randint(0, 2 * pad + 1, (images.shape[0], 2), generator=generator, device=images.device)  # [B,2]
+    return shift_images(images, shifts, pad)
+
+
+def random_shift_obs(obs: Obs, pad: int, generator: torch.Generator | None = None) -> Obs:
+    """``random_shift`` applied to every image part of ``obs`` (each camera its own offsets); other parts
+    and flat observations are returned as they are."""
+    if isinstance(obs, torch.Tensor):
+        return obs
+    return {k: random_shift(v, pad, generator) if k.startswith("image/") else v for k, v in obs.items()}
+
+
+# ---- per-part encoders -----------------------------------------------------------------------------
+
+
+class ImageEncoder(nn.Module):
+    """DrQ / SAC-AE conv encoder for one camera: ``[B,C,H,W]`` (uint8 0..255 or float 0..1) -> ``[B,F]``."""
+
+    def __init__(self, part: ObsPart, cfg: EncoderConfig):
+        super().__init__()
+        if len(part.shape) != 3:
+            raise ValueError(f"image part {part.name!r} has shape {list(part.shape)}, expected [C,H,W].")
+        C, H, W = part.shape
+        ch, layers = int(cfg.cnn_channels), int(cfg.cnn_layers)
+        h, w = (H - 3) // 2 + 1 - 2 * (layers - 1), (W - 3) // 2 + 1 - 2 * (layers - 1)  # after the convs
+        if h < 1 or w < 1:
+            raise ValueError(f"image part {part.name!r} of size {H}x{W} is too small for {layers} conv layers: "
+                             f"expected at least {2 * (2 * layers - 1) + 1} pixels a side.")
+        convs: list[nn.Module] = [nn.Conv2d(C, ch, 3, stride=2), nn.ReLU()]
+        for _ in range(layers - 1):
+            convs += [nn.Conv2d(ch, ch, 3, stride=1), nn.ReLU()]
+        self.convs = nn.Sequential(*convs)
+        self.head = nn.Sequential(nn.Linear(ch * h * w, cfg.image_features), nn.LayerNorm(cfg.image_features), nn.Tanh())
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):  # delta-orthogonal: the centre tap carries an orthogonal map
+                    m.weight.zero_()
+                    nn.init.orthogonal_(m.weight[:, :, 1, 1], nn.init.calculate_gain("relu"))
+                    m.bias.zero_()
+                elif isinstance(m, nn.Linear):
+                    nn.init.orthogonal_(m.weight)
+                    m.bias.zero_()
+        self.scale = 1.0 / 255.0 if part.dtype == torch.uint8 else 1.0
+        self.out_dim = int(cfg.image_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float() * self.scale  # [B,C,H,W] in [0,1]
+        return self.head(self.convs(x).flatten(1))  # [B,F]
+
+
+class TokenEncoder(nn.Module):
+    """Token ids ``[B,L]`` int64 -> mean of the embeddings of the non-padding (id != 0) tokens ``[B,D]``."""
+
+    def __init__(self, vocab: int, dim: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim, padding_idx=0)
+        self.out_dim = int(dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        e = self.embed(ids)  # [B,L,D]; padding rows are zero
+        count = (ids != 0).sum(1, keepdim=True).clamp_(min=1)  # [B,1]
+        return e.sum(1) / count  # [B,D]
+
+
+class VectorEncoder(nn.Module):
+    """A vector part as it is: ``[B,*shape]`` -> ``[B,numel]`` float32."""
+
+    def __init__(self, part: ObsPart):
+        super().__init__()
+        self.out_dim = part.numel
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(1).float()  # [B,numel]; no copy for float32 input
+
+
+class Encoder(nn.Module):
+    """An ``Obs`` batch -> features ``[B,out_dim]``: one sub-encoder per part, concatenated in part order.
+
+    Built by ``make_encoder``. For flat observations it has no sub-encoders and ``forward`` returns its
+    input (flattened to ``[B,O]`` only when the state has several dims).
+    """
+
+    def __init__(self, parts: Sequence[ObsPart], cfg: EncoderConfig):
+        super().__init__()
+        self.parts = tuple(parts)
+        if not self.parts:
+            raise ValueError("an encoder needs at least one observation part.")
+        self.passthrough = is_flat(self.parts)
+        self.flatten_state = self.passthrough and len(self.parts[0].shape) != 1
+        self.names = [p.name for p in self.parts]
+        # nn.ModuleDict keys may not contain "."; part names use "/" (image/top), which is allowed.
+        self.encoders = nn.ModuleDict({} if self.passthrough else {p.name: _part_encoder(p, cfg) for p in self.parts})
+        self.out_dim = self.parts[0].numel if self.passthrough else sum(m.out_dim for m in self.encoders.values())
+
+    def forward(self, obs: Obs) -> torch.Tensor:
+        if self.passthrough:  # flat state: no op at all
+            return obs.flatten(1) if self.flatten_state else obs  # [B,O]
+        feats = [self.encoders[k](obs[k]) for k in self.names]  # [B,F_k] each
+        return feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1)  # [B,F]
+
+
+def _part_encoder(part: ObsPart, cfg: EncoderConfig) -> nn.Module:
+    if part.kind == "image":
+        if part.dtype != torch.uint8 and not part.dtype.is_floating_point:
+            raise ValueError(f"image part {part.name!r} has dtype {part.dtype}, expected torch.uint8 (or float in [0,1]).")
+        return ImageEncoder(part, cfg)
+    if part.kind == "language" and not part.dtype.is_floating_point:
+        if len(part.shape) != 1:
+            raise ValueError(f"language part {part.name!r} has shape {list(part.shape)}, expected token ids [L].")
+        if cfg.token_vocab < 1:
+            raise ValueError(f"language part {part.name!r} holds token ids: set EncoderConfig.token_vocab to the "
+                             f"tokenizer's vocabulary size.")
+        return TokenEncoder(cfg.token_vocab, cfg.token_dim)
+    return VectorEncoder(part)  # vector parts and float language embeddings pass through
+
+
+def make_encoder(parts: Sequence[ObsPart], cfg: EncoderConfig = EncoderConfig()) -> Encoder:
+    """The encoder of observations made of ``parts`` (``spec.parts``); see the module docstring."""
+    return Encoder(parts, cfg)
