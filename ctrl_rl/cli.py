@@ -248,6 +248,8 @@ def cmd_train(args: list[str]) -> int:
     cfg_d = from_dict(cfg_cls, cfg_defaults, f"preset {algo} config")
     parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run_d, run_d.loop, cfg_d), prog)
     run, cfg = dataclasses.replace(parsed.run, loop=parsed.loop), parsed.algo
+    if run.dataset is not None and "env" not in _given(rest) and "env" not in run_defaults:
+        run = dataclasses.replace(run, env=_env_of_dataset(run.dataset))
     if run.scale_envs > 1 and entry.scale_envs is None:
         raise UserInputError(f"--scale-envs applies to algorithms with a co-scaling rule (ppo): expected no --scale-envs for {algo!r}")
     if run.scale_envs > 1:
@@ -261,6 +263,17 @@ def cmd_train(args: list[str]) -> int:
         safe_env = re.sub(r"[^A-Za-z0-9._-]+", "_", run.env)
         run_dir = Path("runs") / f"{algo}-{safe_env}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     return _run_training(algo, run, cfg, run_dir, resume=False)
+
+
+def _env_of_dataset(dataset: str) -> str:
+    """The env a dataset was recorded in (its record, Minari spec or D4RL file name), for runs without --env."""
+    from ctrl_rl.storage.datasets import infer_env_id
+
+    env = infer_env_id(dataset)
+    if env is None:
+        raise UserInputError(f"--env is needed: the dataset {dataset!r} does not name the env it was recorded in "
+                             "(expected --env ID, e.g. --env Hopper-v5)")
+    return env
 
 
 def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:

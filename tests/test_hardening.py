@@ -1,0 +1,124 @@
+"""Bad input found by trying the CLI with many wrong inputs (issue 11 §5): each is one whole sentence on stderr,
+exit code 2, and nothing written; plus the cases that were accepted although wrong."""
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.test_cli import SMALL, cli
+
+
+def refused(r, *words):
+    """Exit 2, one line on stderr naming ``words``, no traceback."""
+    err = r.stderr.strip()
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+@pytest.mark.parametrize("args,words", [
+    (["train", "ppo", "--num-envs", "1000000000000"], ["--num-envs", "GiB"]),
+    (["train", "ppo", "--rollout-steps", "1000000000000"], ["--rollout-steps", "GiB"]),
+    (["train", "sac", "--env", "torch:Pendulum", "--buffer-size", "1000000000000"], ["--buffer-size", "GiB"]),
+    (["train", "sac", "--env", "torch:Pendulum", "--actor-lr", "nan"], ["actor_lr", "finite"]),
+    (["train", "sac", "--env", "torch:Pendulum", "--critic-lr", "-0.001"], ["critic_lr", "positive"]),
+    (["train", "iql", "--env", "torch:Pendulum", "--dataset", "x.hdf5", "--value-lr", "-1"], ["value_lr"]),
+    (["train", "cql", "--env", "torch:Pendulum", "--dataset", "x.hdf5", "--lagrange-lr", "nan"], ["lagrange_lr"]),
+    (["train", "sac_flow", "--env", "torch:Pendulum", "--alpha-lr", "-1"], ["alpha_lr"]),
+    (["train", "sac", "--env", "torch:Pendulum", "--actor-hidden", "-5", "64"], ["actor_hidden", "widths"]),
+    (["train", "ppo", "--critic-hidden", "0"], ["critic_hidden"]),
+    (["train", "ppo", "--max-grad-norm", "nan"], ["max_grad_norm"]),
+    (["train", "ppo", "--target-kl", "-1"], ["target_kl"]),
+    (["train", "sac", "--env", "torch:Pendulum", "--utd-ratio", "nan"], ["--utd-ratio"]),
+    (["train", "rlpd", "--env", "torch:Pendulum", "--offline-ratio", "1.5"], ["--offline-ratio"]),
+])
+def test_invalid_values_are_refused_before_anything_is_written(args, words, tmp_path):
+    d = tmp_path / "run"
+    refused(cli(*args, "--run-dir", d, "--no-progress", cwd=tmp_path), *words)
+    assert not d.exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hard") / "run"
+    r = cli("train", "ppo", "--env", "torch:Pendulum", "--run-dir", d, *SMALL)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_eval_refuses_zero_max_steps_and_a_missing_cuda(ppo_run):
+    refused(cli("eval", ppo_run, "--max-steps", "0"), "--max-steps")
+    import torch
+
+    if not torch.cuda.is_available():
+        refused(cli("eval", ppo_run, "--device", "cuda"), "cuda")
+
+
+def test_resume_below_the_steps_done_is_refused_and_config_unchanged(ppo_run):
+    before = (ppo_run / "config.json").read_text()
+    refused(cli("train", "ppo", "--resume", ppo_run, "--total-steps", "100"), "--total-steps 100", "8192")
+    assert (ppo_run / "config.json").read_text() == before
+
+
+def test_resume_with_other_tensor_shapes_is_one_sentence(ppo_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(ppo_run, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["config"]["actor_hidden"] = [8]
+    (other / "config.json").write_text(json.dumps(cfg))
+    metrics = (other / "metrics.jsonl").read_text()
+    refused(cli("train", "ppo", "--resume", other, "--total-steps", "16384"), "does not fit", "networks")
+    assert (other / "metrics.jsonl").read_text() == metrics
+
+
+def _d4rl_file(path, obs_dim, act_dim, n=40):
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        f["observations"] = rng.normal(size=(n, obs_dim)).astype(np.float32)
+        f["next_observations"] = rng.normal(size=(n, obs_dim)).astype(np.float32)
+        f["actions"] = rng.uniform(-1, 1, size=(n, act_dim)).astype(np.float32)
+        f["rewards"] = rng.normal(size=n).astype(np.float32)
+        f["terminals"] = np.zeros(n, dtype=bool)
+        timeouts = np.zeros(n, dtype=bool)
+        timeouts[19::20] = True
+        f["timeouts"] = timeouts
+    return path
+
+
+def test_offline_run_without_env_uses_the_task_the_dataset_names(tmp_path):
+    data = _d4rl_file(tmp_path / "hopper-medium-v2.hdf5", 11, 3)
+    d = tmp_path / "iql"
+    r = cli("train", "iql", "--dataset", data, "--run-dir", d, "--total-steps", "4", "--eval-every", "0",
+            "--eval-episodes", "1", "--batch-size", "8", "--no-progress", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((d / "config.json").read_text())["run"]["env"] == "Hopper-v5"
+    unnamed = _d4rl_file(tmp_path / "mydata.hdf5", 11, 3)
+    refused(cli("train", "iql", "--dataset", unnamed, "--run-dir", tmp_path / "x", cwd=tmp_path), "--env is needed")
+    assert not (tmp_path / "x").exists()
+
+
+def test_divergence_before_the_first_checkpoint_says_there_is_none(tmp_path, monkeypatch):
+    from ctrl_rl.algos.sac import SAC
+    from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
+    from ctrl_rl.learn.offpolicy import train_offpolicy
+    from ctrl_rl.learn.runtime import TrainingDiverged
+
+    real = SAC.update
+
+    def nan_update(self, batch, sync=True):
+        info = real(self, batch, sync)
+        info["loss/critic"] = info["loss/critic"] * float("nan")
+        return info
+
+    monkeypatch.setattr(SAC, "update", nan_update)
+    run = RunConfig(env="torch:Pendulum", num_envs=2, total_steps=200, progress=False, log_every=10,
+                    checkpoint_every=1000, threads=1, loop=OffPolicyLoopConfig(batch_size=8, learning_starts=20))
+    from ctrl_rl.algos.sac import SACConfig
+
+    with pytest.raises(TrainingDiverged, match="no checkpoint was written yet"):
+        train_offpolicy(run, "sac", SACConfig(actor_hidden=(8,), critic_hidden=(8,)), tmp_path / "r")
