@@ -198,17 +198,18 @@ def cmd_train(args: list[str]) -> int:
 
     resume_dir = _pop_value(rest, "--resume")
     if resume_dir is not None:
+        from ctrl_rl.learn.checkpoint import load_checkpoint
+        from ctrl_rl.learn.rundir import check_resume_dir
+
         run_dir = Path(resume_dir)
-        if not (run_dir / "config.json").is_file():
-            raise UserInputError(f"resume directory {resume_dir!r} has no config.json: expected a run directory written by `ctrl-rl train`")
+        pre = run_dir / "pretrain" / "checkpoints" / "latest.pt"
+        if (run_dir / "config.json").is_file() and not (run_dir / "checkpoints" / "latest.pt").is_file() and pre.is_file():
+            ck_path = pre  # stopped inside the offline pre-training phase
+        else:
+            ck_path = check_resume_dir(run_dir)
         saved_algo, run0, cfg0 = load_config(run_dir / "config.json")
         if saved_algo != algo:
             raise UserInputError(f"resume directory {resume_dir!r} holds a {saved_algo!r} run: expected a {algo!r} run")
-        from ctrl_rl.learn.checkpoint import load_checkpoint
-
-        ck_path = run_dir / "checkpoints" / "latest.pt"
-        if not ck_path.is_file() and (run_dir / "pretrain" / "checkpoints" / "latest.pt").is_file():
-            ck_path = run_dir / "pretrain" / "checkpoints" / "latest.pt"  # stopped inside the offline phase
         ck = load_checkpoint(ck_path, expect_algo=algo)  # validate before anything else
         extra = _given(rest) - RESUME_OVERRIDES
         if extra:
@@ -222,7 +223,7 @@ def cmd_train(args: list[str]) -> int:
         loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in RESUME_LOOP if hasattr(run0.loop, k)})
         run = dataclasses.replace(run0, **{k: getattr(parsed.run, k) for k in RESUME_RUN if k != "resume"},
                                   resume=str(run_dir), loop=loop)
-        return _run_training(algo, run, cfg0, run_dir, resume=True)
+        return _run_training(algo, run, cfg0, run_dir, resume=True, restartable=False)
 
     preset_name = _pop_value(rest, "--preset")
     run_defaults: dict = dict(entry.run_defaults)
@@ -257,12 +258,13 @@ def cmd_train(args: list[str]) -> int:
         run = dataclasses.replace(run, num_envs=n, scale_envs=1)
     if run.run_dir is not None:
         run_dir = Path(run.run_dir)
-        if (run_dir / "checkpoints" / "latest.pt").exists() or (run_dir / "config.json").exists():
-            raise UserInputError(f"run directory {run.run_dir!r} already holds a run: expected a new directory, or --resume {run.run_dir}")
     else:
         safe_env = re.sub(r"[^A-Za-z0-9._-]+", "_", run.env)
         run_dir = Path("runs") / f"{algo}-{safe_env}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return _run_training(algo, run, cfg, run_dir, resume=False)
+    from ctrl_rl.learn.rundir import check_new_run_dir
+
+    restartable = check_new_run_dir(run_dir)  # a file, unwritable, unrelated files, a run with a checkpoint: refused
+    return _run_training(algo, run, cfg, run_dir, resume=False, restartable=restartable)
 
 
 def _env_of_dataset(dataset: str) -> str:
@@ -276,11 +278,25 @@ def _env_of_dataset(dataset: str) -> str:
     return env
 
 
-def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (removed again if the run is refused)."""
+    missing = None
+    for p in [path, *path.absolute().parents]:
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool, restartable: bool) -> int:
     from ctrl_rl.learn import distributed as D
+    from ctrl_rl.learn.checkpoint import remove_stale_tmp
+    from ctrl_rl.learn.rundir import RunDirLock, clear_unstarted_run
     from ctrl_rl.learn.train import train
 
     dist_info = D.init_from_env(run.device)
+    lock = None
+    created = _first_missing(Path(run_dir))
     try:
         if dist_info.enabled:
             import torch.distributed as dist
@@ -288,7 +304,26 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
             obj = [str(run_dir)]
             dist.broadcast_object_list(obj, src=0)
             run_dir = Path(obj[0])
-        res = train(run, algo, cfg, run_dir, resume=resume, dist_info=dist_info)
+        if dist_info.is_main:  # one process per run directory (rank 0 under torchrun)
+            lock = RunDirLock(run_dir)
+            lock.acquire()
+            if restartable:
+                removed = clear_unstarted_run(run_dir)
+                print(f"ctrl-rl: {str(run_dir)!r} held a run stopped before its first checkpoint; restarting it "
+                      f"(removed {', '.join(removed)})", file=sys.stderr)
+            remove_stale_tmp(run_dir, all_pids=True)
+            remove_stale_tmp(run_dir / "checkpoints", all_pids=True)
+        try:
+            res = train(run, algo, cfg, run_dir, resume=resume, dist_info=dist_info)
+        except UserInputError:
+            if lock is not None:
+                lock.release()
+                lock = None
+            if created is not None and not (Path(run_dir) / "config.json").exists():
+                import shutil
+
+                shutil.rmtree(created, ignore_errors=True)  # refused before anything was written: leave nothing
+            raise
         if dist_info.is_main:
             png = None
             try:
@@ -302,6 +337,8 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool) -> int:
             print(f"run:         {run_dir}\ncheckpoint:  {run_dir / 'checkpoints' / 'latest.pt'}\n"
                   f"tensorboard: tensorboard --logdir {run_dir}\nplot:        {png}")
     finally:
+        if lock is not None:
+            lock.release()
         D.shutdown()
     return 0
 

@@ -21,7 +21,15 @@ Deliberate choices:
 - The KL-adaptive learning rate (as in rsl_rl) adapts once per epoch from the epoch's mean approx-KL
   (one host sync per epoch, not per minibatch).
 
-Shape letters: T rollout steps, N envs, B minibatch, O obs dim, A action dim.
+Observations (``ctrl_rl.core.obs``): a flat env's ``[N,O]`` tensor is normalized and fed to the MLPs as
+it always was (no encoder; an update packs the normalized observations into one ``[S, O+A+4]``
+minibatch table). An env with several parts (camera images, a proprio ``state``) passes
+a dict; one encoder (``core.encoders.make_encoder``, ``config.encoder``) shared by actor and critic maps
+it to features, and both losses train it (as in CleanRL's and SB3's Atari PPO, whose CNN is shared). Only
+the float ``state`` part is normalized. Minibatches then index the rollout's dict of parts with the
+epoch's permutation and run the encoder inside the loss.
+
+Shape letters: T rollout steps, N envs, B minibatch, S = T*N samples, O obs dim, F features, A action dim.
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ from ctrl_rl.core.distributions import (
     normal_entropy,
     normal_log_prob,
 )
+from ctrl_rl.core.encoders import Encoder, EncoderConfig, make_encoder
 from ctrl_rl.core.nets import Activation, RunningNorm, mlp
+from ctrl_rl.core.obs import Obs, obs_index, obs_map
 from ctrl_rl.core.returns import gae
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.core.validate import check_fields
@@ -96,7 +106,12 @@ class PPOConfig:
     obs_norm: bool = True
     """Normalize observations with running mean/std (folded into exported policies)."""
     value_chunk: int = 262144
-    """Samples per chunk when computing values of the whole rollout (bounds memory at 10^6 envs)."""
+    """Samples per chunk when computing values of the whole rollout (bounds memory at 10^6 envs). With an
+    observation encoder (multi-part observations) at most ``minibatch_size``: a CNN's activations are far
+    larger than its input, and a minibatch is what the update already pushes through it with gradients."""
+    encoder: EncoderConfig = EncoderConfig()
+    """Encoder of multi-part observations (camera images, language; ``core.encoders``): flags
+    ``--cnn-channels``, ``--cnn-layers``, ``--image-features``, ... Unused by flat observations."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -162,23 +177,38 @@ def ppo_losses(
     return loss, parts
 
 
+def observation_features(norm: nn.Module, encoder: Encoder | None, obs: Obs) -> torch.Tensor:
+    """``[B,O]`` normalized flat observations (``encoder`` None), or the encoder's features ``[B,F]`` of a
+    dict of parts whose float ``state`` part (if any) is normalized first."""
+    if encoder is None:
+        return norm(obs.flatten(1))  # [B,O]
+    if "state" in obs:
+        obs = {**obs, "state": norm(obs["state"].flatten(1))}  # a new dict: the caller's is left as it was
+    return encoder(obs)  # [B,F]
+
+
 class ActorCritic(nn.Module):
-    """Gaussian (state-independent log-std) or categorical policy and a separate value network."""
+    """Gaussian (state-independent log-std) or categorical policy and a separate value network, both on the
+    features of one observation encoder (none for flat observations; see the module docstring)."""
 
     def __init__(self, cfg: PPOConfig, spec: EnvSpec):
         super().__init__()
         self.discrete = spec.discrete
-        obs_dim = spec.obs_dim
-        self.norm = RunningNorm((obs_dim,)) if cfg.obs_norm else nn.Identity()
-        self.actor = mlp(obs_dim, cfg.actor_hidden, spec.action_dim, cfg.activation, out_gain=0.01)
-        self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation, out_gain=1.0)
+        self.flat = spec.is_flat
+        # no parameters, buffers or random draws for flat observations: their networks are what they were
+        self.encoder = None if self.flat else make_encoder(spec.parts, cfg.encoder)
+        state_dim = spec.obs_dim  # the flat observation, or the 'state' part of a multi-part one (0: none)
+        self.norm = RunningNorm((state_dim,)) if cfg.obs_norm and state_dim > 0 else nn.Identity()
+        feat_dim = state_dim if self.flat else self.encoder.out_dim
+        self.actor = mlp(feat_dim, cfg.actor_hidden, spec.action_dim, cfg.activation, out_gain=0.01)
+        self.critic = mlp(feat_dim, cfg.critic_hidden, 1, cfg.activation, out_gain=1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(cfg.init_log_std)))
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.norm(obs.flatten(1))
+    def features(self, obs: Obs) -> torch.Tensor:
+        return observation_features(self.norm, self.encoder, obs)  # [B,O] or [B,F]
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: Obs) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)  # [B]
 
     def dist_params(self, x: torch.Tensor) -> torch.Tensor:
@@ -193,14 +223,19 @@ class ActorCritic(nn.Module):
 
 
 class DeterministicPolicy(nn.Module):
-    """Exported policy: raw observation -> deterministic action (agent action space, clipped to [-1, 1])."""
+    """Exported policy: raw observation -> deterministic action (agent action space, clipped to [-1, 1]).
+
+    The input is what the env hands out: a ``[B,O]`` tensor for flat observations, else the dict of parts
+    ``{name: [B,*part.shape]}`` (images uint8); normalizer and encoder are inside the module
+    (``torch.jit.trace(policy, (obs_dict,), strict=False)`` traces the dict form).
+    """
 
     def __init__(self, ac: ActorCritic):
         super().__init__()
-        self.norm, self.actor, self.discrete = ac.norm, ac.actor, ac.discrete
+        self.norm, self.encoder, self.actor, self.discrete = ac.norm, ac.encoder, ac.actor, ac.discrete
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(self.norm(obs.flatten(1)))
+    def forward(self, obs: Obs) -> torch.Tensor:
+        out = self.actor(observation_features(self.norm, self.encoder, obs))
         return out.argmax(-1) if self.discrete else out.clamp(-1.0, 1.0)
 
 
@@ -235,8 +270,8 @@ class PPO:
 
     # -- acting -------------------------------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stochastic action and its log-prob for a batch of observations ``[N,O]``."""
+    def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stochastic action and its log-prob for a batch of observations ``[N,O]`` (or a dict of parts)."""
         out = self.ac.actor(self.ac.features(obs))  # [N,A]
         if self.spec.discrete:
             action = categorical_sample(out, self.gen)  # [N]
@@ -247,21 +282,23 @@ class PPO:
         return action, normal_log_prob(action, out, log_std)
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         if deterministic:
             return DeterministicPolicy(self.ac)(obs)
         return self.sample(obs)[0]
 
     def exportable(self) -> nn.Module:
+        """The deterministic policy (``DeterministicPolicy``: a tensor in for flat envs, the dict of parts otherwise)."""
         return DeterministicPolicy(self.ac)
 
     # -- learning -----------------------------------------------------------------------------------
     @torch.no_grad()
-    def _values(self, obs: torch.Tensor) -> torch.Tensor:
-        """Values of ``[T,N,O]`` observations in chunks -> ``[T,N]``."""
-        flat = obs.reshape(-1, *obs.shape[2:])  # [T*N,O]
-        out = torch.cat([self.ac.value(c) for c in flat.split(self.config.value_chunk)])  # [T*N]
-        return out.view(obs.shape[0], obs.shape[1])
+    def _values(self, obs: Obs, T: int, N: int) -> torch.Tensor:
+        """Values of ``[T,N,O]`` observations (or a dict of ``[T,N,*part.shape]`` parts) in chunks -> ``[T,N]``."""
+        flat = obs_map(lambda v: v.flatten(0, 1), obs)  # [T*N,O] or parts [T*N,*shape]
+        chunk = self.config.value_chunk if self.ac.flat else min(self.config.value_chunk, self.config.minibatch_size)
+        out = torch.cat([self.ac.value(obs_index(flat, slice(i, i + chunk))) for i in range(0, T * N, chunk)])  # [T*N]
+        return out.view(T, N)
 
     @property
     def rollout_steps(self) -> int:
@@ -285,20 +322,25 @@ class PPO:
         them once per log step); counts and the learning rate are plain floats either way."""
         cfg = self.config
         T, N = batch.reward.shape
-        value = self._values(batch.obs)  # [T,N]
-        next_value = self._values(batch.final_obs)  # [T,N]
+        value = self._values(batch.obs, T, N)  # [T,N]
+        next_value = self._values(batch.final_obs, T, N)  # [T,N]
         adv, ret = gae(batch.reward, value, next_value, batch.terminated, batch.terminated | batch.truncated,
                        cfg.gamma, cfg.gae_lambda)  # [T,N], [T,N]
         S = T * N
-        O = self.spec.obs_dim
         A = 1 if self.spec.discrete else self.spec.action_dim
         # One packed [S, O+A+4] table of everything a minibatch needs, gathered once per epoch by the
-        # permutation so that minibatches are contiguous views. Observations are normalized once: the
-        # normalizer is frozen during the update.
-        with torch.no_grad():
-            x_all = self.ac.features(batch.obs.reshape(S, O))  # [S,O]
+        # permutation so that minibatches are contiguous views. Flat observations are normalized once (the
+        # normalizer is frozen during the update) and lead the table; observations with parts stay out of
+        # it ([S, A+4]) and each minibatch gathers its rows of every part and encodes them in the loss.
+        if self.ac.flat:
+            with torch.no_grad():
+                lead = [self.ac.features(batch.obs.reshape(S, self.spec.obs_dim))]  # [S,O]
+            obs_all = None
+        else:
+            lead, obs_all = [], obs_map(lambda v: v.flatten(0, 1), batch.obs)  # parts [S,*shape]
+        O = lead[0].shape[1] if lead else 0
         packed = torch.cat([
-            x_all, batch.action.reshape(S, A).to(x_all.dtype), batch.logp.reshape(S, 1), value.reshape(S, 1),
+            *lead, batch.action.reshape(S, A).to(value.dtype), batch.logp.reshape(S, 1), value.reshape(S, 1),
             adv.reshape(S, 1), ret.reshape(S, 1)], dim=1)  # [S,O+A+4]
         mb = min(cfg.minibatch_size, S)
         n_mb = math.ceil(S / mb)
@@ -312,7 +354,11 @@ class PPO:
             epoch_kl = torch.zeros((), device=self.device)
             for i in range(n_mb):
                 rows = shuffled[i * mb:(i + 1) * mb]  # [B,O+A+4] view
-                x, act = rows[:, :O], rows[:, O:O + A]  # [B,O], [B,A]
+                if obs_all is None:
+                    x = rows[:, :O]  # [B,O]
+                else:  # with gradients into the encoder
+                    x = self.ac.features(obs_index(obs_all, perm[i * mb:(i + 1) * mb]))  # [B,F]
+                act = rows[:, O:O + A]  # [B,A]
                 if self.spec.discrete:
                     act = act.squeeze(1).long()  # [B]
                 logp_old, v_old, adv_b, ret_b = rows[:, O + A:].unbind(1)  # 4 x [B]
@@ -348,8 +394,8 @@ class PPO:
                         g["lr"] = self.lr
                 if cfg.target_kl is not None and kl > cfg.target_kl:
                     break
-        if cfg.obs_norm:
-            self._update_norm(batch.obs)
+        if isinstance(self.ac.norm, RunningNorm):
+            self._update_norm(batch.obs if self.ac.flat else batch.obs["state"])
         m = (sums / steps).detach()  # [6]
         with torch.no_grad():
             explained = 1 - (ret - value).var() / (ret.var() + 1e-8)
@@ -374,6 +420,7 @@ class PPO:
 
     @torch.no_grad()
     def _update_norm(self, obs: torch.Tensor) -> None:
+        """Merge the moments of ``[T,N,O]`` flat observations (or ``state`` parts) into the normalizer."""
         x = obs.reshape(-1, self.spec.obs_dim).double()  # [S,O]
         cnt = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
         s1, s2 = x.sum(0), x.square().sum(0)  # [O]

@@ -22,9 +22,20 @@ with the critics in evaluation mode (running statistics). CrossQ also uses Adam 
 policy delay of 3 (``adam_beta1``, ``policy_delay``).
 
 The actor is pluggable: any module with ``sample(obs, generator) -> (action [B,A], log_prob [B])`` in
-``[-1, 1]`` and ``mode(obs) -> action`` works (SAC Flow's flow policies use this).
+``[-1, 1]`` and ``mode(obs) -> action`` works (SAC Flow's flow policies use this; flat observations only).
 
-Shape letters: E critic members, B batch, O obs dim, A action dim.
+Observations (``ctrl_rl.core.obs``): flat ``[B,O]`` observations go to actor and critics as they are (no
+encoder, no extra op). Observations with several parts (camera images, a proprio ``state``) follow DrQ
+(Kostrikov, Yarats & Fergus 2021, "Image Augmentation Is All You Need") as DrQ-v2 (Yarats et al. 2022)
+writes it: one encoder (``core.encoders.make_encoder``, ``config.encoder``) maps a batch to features
+``[B,F]``; the critics share it and the critic loss trains it; the actor reads the same batch's features
+detached (the actor loss never trains the encoder), computed once per update before the critic step.
+With ``drq_pad > 0`` the image parts of obs and next_obs are randomly shifted in every update (DrQ's
+augmentation, one draw per sample: DrQ's K = M = 1, as DrQ-v2). Deliberate deviation from DrQ: DrQ keeps a
+target encoder (Polyak-averaged with the target critics); here the target's features phi(s') come from
+the online encoder under no_grad, as in DrQ-v2.
+
+Shape letters: E critic members, B batch, O obs dim, F features, A action dim.
 """
 
 from __future__ import annotations
@@ -38,7 +49,9 @@ import torch
 from torch import nn
 
 from ctrl_rl.core.distributions import tanh_log_det
+from ctrl_rl.core.encoders import Encoder, EncoderConfig, make_encoder, random_shift_obs
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
+from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
@@ -101,6 +114,12 @@ class SACConfig:
     step (and target update), then the actor and temperature take one step on their union (WSRL: 4)."""
     final_hidden_scale: float = 1.0
     """Initial-weight scale of the last hidden layer of actor and critics (WSRL ``kernel_scale_final`` 1e-2)."""
+    encoder: EncoderConfig = EncoderConfig()
+    """Encoder of multi-part observations (camera images; ``core.encoders``, DrQ's CNN by default): flags
+    ``--cnn-channels``, ``--cnn-layers``, ``--image-features``, ... Unused by flat observations."""
+    drq_pad: int = 0
+    """DrQ random shift of the image parts in every update: replicate-pad by this many pixels, crop back at a
+    random offset (0: off; DrQ: 4 for 84x84 images). Unused by flat observations."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -112,6 +131,8 @@ class SACConfig:
             raise ValueError("invalid SAC setting: expected policy_delay >= 1 and 0 <= adam_beta1 < 1")
         if self.critic_splits < 1 or self.final_hidden_scale <= 0:
             raise ValueError("invalid SAC setting: expected critic_splits >= 1 and final_hidden_scale > 0")
+        if not isinstance(self.drq_pad, int) or isinstance(self.drq_pad, bool) or self.drq_pad < 0:
+            raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a positive number of pixels")
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
@@ -133,11 +154,12 @@ def td_target(q_next: torch.Tensor, subset: torch.Tensor, reward: torch.Tensor, 
 
 
 class Actor(nn.Module):
-    """Tanh-Gaussian policy: an MLP gives mean and clamped log-std of ``u``; ``a = tanh(u)``."""
+    """Tanh-Gaussian policy: an MLP gives mean and clamped log-std of ``u``; ``a = tanh(u)``. Its input is
+    ``in_dim`` features (default: the flat observation, ``spec.obs_dim``)."""
 
-    def __init__(self, cfg: SACConfig, spec: EnvSpec):
+    def __init__(self, cfg: SACConfig, spec: EnvSpec, in_dim: int | None = None):
         super().__init__()
-        self.net = mlp(spec.obs_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation, layer_norm=cfg.actor_layer_norm,
+        self.net = mlp(spec.obs_dim if in_dim is None else in_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation, layer_norm=cfg.actor_layer_norm,
                        batch_renorm=cfg.actor_batch_renorm, renorm_warmup=cfg.renorm_warmup)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,14 +174,19 @@ class Actor(nn.Module):
 
 
 class DeterministicPolicy(nn.Module):
-    """Exported policy: observation -> the actor's deterministic action in the agent's space [-1, 1]."""
+    """Exported policy: observation -> the actor's deterministic action in the agent's space [-1, 1].
 
-    def __init__(self, actor: nn.Module):
+    Without ``encoder`` the input is the flat ``[B,O]`` observation; with one, the dict of parts the env
+    hands out (``{name: [B,*part.shape]}``, images uint8; trace with ``torch.jit.trace(policy, (obs,),
+    strict=False)``).
+    """
+
+    def __init__(self, actor: nn.Module, encoder: nn.Module | None = None):
         super().__init__()
-        self.actor = actor
+        self.actor, self.encoder = actor, encoder
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor.mode(obs)
+    def forward(self, obs: Obs) -> torch.Tensor:
+        return self.actor.mode(obs if self.encoder is None else self.encoder(obs))
 
 
 def scale_last_hidden_(linears: list, scale: float) -> None:
@@ -185,12 +212,18 @@ class SAC:
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         c = config
+        if actor is not None and not spec.is_flat:
+            raise ValueError(f"{type(self).__name__}'s actor reads flat observations: {spec.env_id} has the observation "
+                             f"parts {[p.name for p in spec.parts]} (expected a single float 'state')")
+        # Flat observations: no encoder at all (no parameters, no op, networks as before encoders existed).
+        self.encoder: Encoder | None = None if spec.is_flat else make_encoder(spec.parts, c.encoder).to(self.device)
+        feat_dim = spec.obs_dim if self.encoder is None else self.encoder.out_dim
         if actor is None:
-            actor = Actor(c, spec)
+            actor = Actor(c, spec, feat_dim)
             if c.final_hidden_scale != 1.0:
                 scale_last_hidden_([m for m in actor.net if isinstance(m, nn.Linear)], c.final_hidden_scale)
         self.actor = actor.to(self.device)
-        self.critic = EnsembleMLP(c.num_critics, spec.obs_dim + spec.action_dim, c.critic_hidden, 1, c.activation,
+        self.critic = EnsembleMLP(c.num_critics, feat_dim + spec.action_dim, c.critic_hidden, 1, c.activation,
                                   c.layer_norm, batch_renorm=c.crossq, renorm_warmup=c.renorm_warmup).to(self.device)
         if c.final_hidden_scale != 1.0:
             scale_last_hidden_(list(self.critic.layers), c.final_hidden_scale)
@@ -202,7 +235,10 @@ class SAC:
         # fused Adam: one kernel over all parameters of a network (CPU and CUDA)
         self.actor_params = list(self.actor.parameters())
         self.actor_opt = torch.optim.Adam(self.actor_params, lr=c.actor_lr, betas=betas, fused=True)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr, betas=betas, fused=True)
+        self.encoder_params = [] if self.encoder is None else list(self.encoder.parameters())
+        # the encoder learns from the critic loss only (DrQ), so it shares the critic's optimizer
+        self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *self.encoder_params], lr=c.critic_lr,
+                                           betas=betas, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True) if c.learn_alpha else None
         self.actor_renorm = _has_batch_renorm(self.actor)
         self._all_members = torch.arange(c.num_critics, device=self.device)  # [N]
@@ -219,10 +255,29 @@ class SAC:
         return self.log_alpha.detach().exp()
 
     def q(self, net: EnsembleMLP, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``[E,B]`` values of features ``obs [B,F]`` (flat observations ``[B,O]``) and actions ``[B,A]``."""
         return net(torch.cat([obs, action], -1)).squeeze(-1)  # [E,B]
 
+    def encode(self, obs: Obs) -> torch.Tensor:
+        """Features ``[B,F]`` of observations for actor and critics; flat ``[B,O]`` observations as they are."""
+        return obs if self.encoder is None else self.encoder(obs)
+
+    def features(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(phi(s) [B,F], phi(s') [B,F])`` for one update: image parts shifted (``drq_pad``), phi(s) with
+        gradient into the encoder, phi(s') without (the target). Flat batches: ``(obs, next_obs)`` as they are."""
+        if self.encoder is None:
+            return batch.obs, batch.next_obs
+        obs, next_obs = self._augment(batch.obs), self._augment(batch.next_obs)
+        with torch.no_grad():
+            f_next = self.encoder(next_obs)  # [B,F]
+        return self.encoder(obs), f_next
+
+    def _augment(self, obs: Obs) -> Obs:
+        """DrQ's random shift of the image parts (``drq_pad``), or ``obs`` itself."""
+        return random_shift_obs(obs, self.config.drq_pad, self.gen) if self.config.drq_pad else obs
+
     def _sample_eval(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor sample with BatchRenorm (if any) on running statistics, statistics left untouched."""
+        """Actor sample (of features ``obs``) with BatchRenorm (if any) on running statistics, statistics left untouched."""
         if not self.actor_renorm:
             return self.actor.sample(obs, self.gen)
         self.actor.eval()
@@ -232,39 +287,45 @@ class SAC:
             self.actor.train()
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
+        if deterministic and self.actor_renorm:
+            return self.exportable()(obs)
+        x = self.encode(obs)  # [N,F]; flat: obs itself
         if deterministic:
-            return self.exportable()(obs) if self.actor_renorm else self.actor.mode(obs)
+            return self.actor.mode(x)
         if isinstance(self.actor, Actor) and not self.actor_renorm:  # no log-prob needed while acting
-            mean, log_std = self.actor(obs)  # [N,A] each
+            mean, log_std = self.actor(x)  # [N,A] each
             eps = torch.randn(mean.shape, generator=self.gen, device=mean.device, dtype=mean.dtype)  # [N,A]
             return torch.tanh(mean + eps * log_std.exp())
-        return self._sample_eval(obs)[0]
+        return self._sample_eval(x)[0]
 
     def exportable(self) -> nn.Module:
-        """Deterministic policy on a copy of the actor in evaluation mode (the agent's action space [-1, 1])."""
-        return DeterministicPolicy(copy.deepcopy(self.actor)).eval()
+        """Deterministic policy on a copy of the actor (and encoder) in evaluation mode (the agent's action space
+        [-1, 1]); it takes the dict of parts for multi-part observations (``DeterministicPolicy``)."""
+        return DeterministicPolicy(copy.deepcopy(self.actor), copy.deepcopy(self.encoder)).eval()
 
-    def update_critic(self, batch: Transition, next_sample: tuple[torch.Tensor, torch.Tensor] | None = None
-                      ) -> dict[str, torch.Tensor]:
-        """One critic step; ``next_sample`` = (a' [B,A], log pi(a'|s') [B]) if already drawn (no gradient)."""
+    def update_critic(self, batch: Transition, next_sample: tuple[torch.Tensor, torch.Tensor] | None = None,
+                      feats: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """One critic step (and encoder step); ``next_sample`` = (a' [B,A], log pi(a'|s') [B]) if already drawn (no
+        gradient); ``feats`` = ``features(batch)`` if already computed."""
         c = self.config
-        B = batch.obs.shape[0]
+        f, f_next = feats if feats is not None else self.features(batch)  # [B,F] each
+        B = f.shape[0]
         if c.target_subset == c.num_critics:
             subset = self._all_members  # [M]: every member, no draw needed
         else:
             subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
         if next_sample is None:
             with torch.no_grad():
-                next_sample = self._sample_eval(batch.next_obs)
+                next_sample = self._sample_eval(f_next)
         next_a, next_logp = next_sample  # [B,A], [B]
         if c.crossq:
-            q_all = self.q(self.critic, torch.cat([batch.obs, batch.next_obs]), torch.cat([batch.action, next_a]))  # [E,2B]
+            q_all = self.q(self.critic, torch.cat([f, f_next]), torch.cat([batch.action, next_a]))  # [E,2B]
             q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
         else:
             with torch.no_grad():
-                q_next = self.q(self.critic_target, batch.next_obs, next_a)  # [E,B]
-            q = self.q(self.critic, batch.obs, batch.action)  # [E,B]
+                q_next = self.q(self.critic_target, f_next, next_a)  # [E,B]
+            q = self.q(self.critic, f, batch.action)  # [E,B]
         y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
                       c.backup_entropy)  # [B]
         loss = (q - y).square().mean()
@@ -276,19 +337,25 @@ class SAC:
         self.critic_updates += 1
         return {"loss/critic": loss.detach(), "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean()}
 
-    def update_actor(self, batch: Transition, sample: tuple[torch.Tensor, torch.Tensor] | None = None
-                     ) -> dict[str, torch.Tensor]:
-        """One actor and temperature step; ``sample`` = (a [B,A], log pi(a|s) [B]) with gradient, if drawn."""
+    def update_actor(self, batch: Transition, sample: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     feats: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One actor and temperature step; ``sample`` = (a [B,A], log pi(a|s) [B]) with gradient, if drawn;
+        ``feats`` = the batch's features phi(s) [B,F] without gradient, if already computed."""
         c = self.config
-        a, logp = sample if sample is not None else self.actor.sample(batch.obs, self.gen)  # [B,A], [B]
+        if feats is None and self.encoder is None:
+            feats = batch.obs  # [B,O]
+        elif feats is None:
+            with torch.no_grad():
+                feats = self.encoder(self._augment(batch.obs))  # [B,F]
+        a, logp = sample if sample is not None else self.actor.sample(feats, self.gen)  # [B,A], [B]
         if c.crossq:
             self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
             try:
-                q = self.q(self.critic, batch.obs, a)  # [E,B]
+                q = self.q(self.critic, feats, a)  # [E,B]
             finally:
                 self.critic.train()
         else:
-            q = self.q(self.critic, batch.obs, a)  # [E,B]
+            q = self.q(self.critic, feats, a)  # [E,B]
         q_agg = q.min(0).values if c.actor_q == "min" else q.mean(0)  # [B]
         loss = (self.alpha * logp - q_agg).mean()
         self.actor_step(loss)
@@ -316,17 +383,20 @@ class SAC:
     def update(self, batch: Transition, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
         """One critic step (with the target update) and, every ``policy_delay`` critic steps, one
         actor/temperature step. ``sync=False`` returns device tensors (no host sync)."""
+        # the batch is encoded once (flat: no op); the actor reads the critic step's input features, detached
+        f, f_next = self.features(batch)  # [B,F] each
+        f_actor = f.detach()  # [B,F]
         if (self.critic_updates + 1) % self.config.policy_delay == 0 and not self.actor_renorm:
             # both actor samples in one forward pass: the actor does not change between the critic step and
             # its own step, so a' ~ pi(s') (for the target, detached) and a ~ pi(s) come from one call
-            B = batch.obs.shape[0]
-            a, logp = self.actor.sample(torch.cat([batch.next_obs, batch.obs]), self.gen)  # [2B,A], [2B]
-            info = self.update_critic(batch, (a[:B].detach(), logp[:B].detach()))
-            info.update(self.update_actor(batch, (a[B:], logp[B:])))
+            B = f.shape[0]
+            a, logp = self.actor.sample(torch.cat([f_next, f_actor]), self.gen)  # [2B,A], [2B]
+            info = self.update_critic(batch, (a[:B].detach(), logp[:B].detach()), (f, f_next))
+            info.update(self.update_actor(batch, (a[B:], logp[B:]), f_actor))
         else:
-            info = self.update_critic(batch)
+            info = self.update_critic(batch, feats=(f, f_next))
             if self.critic_updates % self.config.policy_delay == 0:
-                info.update(self.update_actor(batch))
+                info.update(self.update_actor(batch, feats=f_actor))
         if not sync:
             return info
         vals = torch.stack([v.float() for v in info.values()]).tolist()
@@ -338,8 +408,8 @@ class SAC:
         for b in batches:
             info = self.update_critic(b)
         full = batches[0] if len(batches) == 1 else Transition(
-            *(torch.cat([getattr(b, f) for b in batches]) for f in ("obs", "action", "reward", "next_obs", "terminated",
-                                                                       "truncated")))
+            *(obs_cat([getattr(b, f) for b in batches]) for f in ("obs", "action", "reward", "next_obs", "terminated",
+                                                                     "truncated")))
         info.update(self.update_actor(full))
         if not sync:
             return info
@@ -347,19 +417,25 @@ class SAC:
         return dict(zip(info.keys(), vals))
 
     def parameters_finite(self) -> bool:
-        params = [*self.actor.parameters(), *self.critic.parameters(), self.log_alpha]
+        params = [*self.actor.parameters(), *self.critic.parameters(), *self.encoder_params, self.log_alpha]
         return bool(torch.stack([p.detach().isfinite().all() for p in params]).all())
 
     def state_dict(self) -> dict:
-        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict() if self.critic_target is not None else None,
-                "log_alpha": self.log_alpha.detach().clone(), "critic_updates": self.critic_updates,
-                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "alpha_opt": self.alpha_opt.state_dict() if self.alpha_opt else None, "gen": self.gen.get_state()}
+        """Networks, optimizers, temperature and generator; ``encoder`` only with multi-part observations."""
+        state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                 "critic_target": self.critic_target.state_dict() if self.critic_target is not None else None,
+                 "log_alpha": self.log_alpha.detach().clone(), "critic_updates": self.critic_updates,
+                 "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                 "alpha_opt": self.alpha_opt.state_dict() if self.alpha_opt else None, "gen": self.gen.get_state()}
+        if self.encoder is not None:
+            state["encoder"] = self.encoder.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
+        if self.encoder is not None:
+            self.encoder.load_state_dict(state["encoder"])
         if self.critic_target is not None:
             self.critic_target.load_state_dict(state["critic_target"])
         self.critic_updates = int(state.get("critic_updates", 0))

@@ -93,6 +93,12 @@ def state_shape(parts: Sequence[ObsPart]) -> tuple[int, ...]:
     return ()
 
 
+def obs_nbytes(parts: Sequence[ObsPart]) -> int:
+    """Bytes of one observation row made of ``parts`` (each part's elements times its dtype's size); for
+    memory estimates of storage, e.g. ``4 * O`` for a flat float32 state, ``3 * H * W`` for a uint8 camera."""
+    return sum(p.numel * p.dtype.itemsize for p in parts)
+
+
 def obs_map(fn: Callable[[torch.Tensor], torch.Tensor], obs: Obs) -> Obs:
     """``fn`` applied to the tensor, or to every part of a dict (same keys, same order)."""
     if isinstance(obs, torch.Tensor):

@@ -31,34 +31,3 @@ def tune_allocator() -> bool:
     _DONE = ok
     return ok
 
-
-def usable_cores() -> int:
-    """CPUs this process may run on: the affinity mask (taskset, cpusets), capped by a cgroup v2 CPU quota."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    try:
-        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
-        if quota != "max":
-            n = min(n, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return n
-
-
-def default_threads(device_type: str, kind: str) -> int:
-    """torch intra-op threads for ``--threads 0`` (DRAFT)."""
-    if device_type != "cpu":
-        return 0
-    if kind in ("offpolicy", "offline"):
-        return 1
-    return 1 if usable_cores() <= 2 else 0
-
-
-def configure_openmp_wait_policy() -> bool:
-    """(DRAFT) OMP_WAIT_POLICY=PASSIVE before torch loads libgomp."""
-    if "torch" in sys.modules or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        return False
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return True

@@ -62,6 +62,7 @@ from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
 from ctrl_rl.learn.offpolicy import train_offpolicy
+from ctrl_rl.learn.progress import progress_bar
 from ctrl_rl.storage.datasets.cache import DATA_DIR_ENV, LEVELS, check_writable, data_dir, dataset_name
 from ctrl_rl.storage.datasets.native import DatasetMeta, write_dataset
 from ctrl_rl.storage.datasets.scores import (
@@ -605,11 +606,8 @@ def _rerun_replay(training: Mapping[str, Any], step: int, progress: bool) -> dic
 
 
 def _bar(enabled: bool, total: int, desc: str):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True, desc=desc, mininterval=0.5)
+    """A tqdm bar on a terminal; when the output is a pipe or a file, a plain line every 30 s instead."""
+    return progress_bar(enabled, total, 0, desc)
 
 
 def _collect_level(job: Job, progress: bool, workers: int | None) -> tuple[dict, str, dict]:

@@ -12,6 +12,11 @@ id                  backend                                                examp
 ``<id>``            envpool if it has the task, else gymnasium             ``HalfCheetah-v5``
 ==================  =====================================================  ==========================
 
+An id may end in constructor options, ``,key=value`` each (``torch:PointMassPixels,image_size=32,proprio=false``):
+values are read as int, float, ``true``/``false``, ``none`` or else a string, and passed to the backend's
+constructor like ``make_env``'s keyword arguments. This lets a run (``--env``, a preset, a saved config)
+carry env settings in its one ``env`` string; the characters need no quoting in a shell.
+
 The simulators are imported only when an env of theirs is made (or an id of theirs is checked), so
 ``import ctrl_rl`` stays fast. Every wrong id, prefix or ``num_envs`` raises ``UserInputError`` with
 one sentence naming the input and what was expected.
@@ -20,6 +25,7 @@ one sentence naming the input and what was expected.
 from __future__ import annotations
 
 import difflib
+import inspect
 import numbers
 from collections.abc import Iterable
 from typing import Any
@@ -96,10 +102,16 @@ def make_env(
         backend: "auto" (from the prefix, or envpool-then-gymnasium for a bare id) or one of
             "torch", "envpool", "gymnasium", "dmc" to choose the backend of a bare id.
         **kwargs: passed to the backend's constructor (e.g. ``max_episode_steps``, envpool's
-            ``num_threads``, gymnasium's ``vector_mode``).
+            ``num_threads``, gymnasium's ``vector_mode``), next to the id's own ``,key=value`` options.
     """
     if not isinstance(env_id, str) or not env_id:
         raise UserInputError(f"env id {env_id!r}: expected a non-empty string such as 'torch:Pendulum'.")
+    full_id = env_id
+    env_id, options = split_env_options(env_id)
+    clash = sorted(set(options) & set(kwargs))
+    if clash:
+        raise UserInputError(f"env id {full_id!r} sets {clash[0]!r}, which is also passed as a keyword argument: "
+                             "expected it in one place.")
     if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise UserInputError(f"num_envs={num_envs!r} for env {env_id!r}: expected an integer >= 1.")
     num_envs = int(num_envs)
@@ -125,13 +137,23 @@ def make_env(
         name = env_id
         chosen = backend if backend != "auto" else _auto_backend(env_id)
 
-    kwargs = dict(kwargs, device=device, seed=seed)
+    kwargs = dict(kwargs, **options, device=device, seed=seed)
     _require({"envpool": "envpool", "gymnasium": "gymnasium", "dmc": "dm_control"}.get(chosen), env_id)
     if chosen == "torch":
         registry = _torch_envs()
         if name not in registry:
             raise _unknown(env_id, [f"torch:{n}" for n in registry])
-        return registry[name](num_envs, **kwargs)
+        accepted = [p for p in inspect.signature(registry[name]).parameters if p not in ("num_envs", "device", "seed")]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise UserInputError(f"env id {full_id!r} has the option {unknown[0]!r}, which {env_id} does not take: "
+                                 f"expected one of {accepted}.")
+        try:
+            return registry[name](num_envs, **kwargs)
+        except (TypeError, ValueError) as e:
+            if not options:
+                raise
+            raise UserInputError(f"env id {full_id!r}: {e}") from None
     if chosen == "envpool":
         tasks = _envpool_tasks()
         if name not in tasks:
@@ -158,6 +180,7 @@ def make_env(
 
 def resolve_backend(env_id: str) -> str:
     """The backend ("torch", "envpool", "gymnasium", "dmc") an id would be built with, without building it."""
+    env_id = split_env_options(env_id)[0]
     prefix, sep, _ = env_id.partition(":")
     if sep and prefix in PREFIXES:
         return PREFIXES[prefix]
@@ -165,6 +188,38 @@ def resolve_backend(env_id: str) -> str:
         raise UserInputError(f"unknown backend prefix {prefix!r} in env id {env_id!r}: expected one of "
                              f"{', '.join(repr(p + ':') for p in _BACKEND_PREFIX.values())}.")
     return _auto_backend(env_id)
+
+
+def split_env_options(env_id: str) -> tuple[str, dict[str, Any]]:
+    """``(id, options)`` of an id with ``,key=value`` options (module docstring); ``(env_id, {})`` without any.
+
+    ``"torch:PointMassPixels,image_size=32,proprio=false"`` -> ``("torch:PointMassPixels", {"image_size": 32,
+    "proprio": False})``.
+    """
+    base, *items = env_id.split(",")
+    options: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier() or key in options:
+            raise UserInputError(f"env id {env_id!r} has the option {item!r}: expected distinct ',key=value' options "
+                                 "after the id, e.g. 'torch:PointMassPixels,image_size=32'.")
+        options[key] = _option_value(text.strip())
+    return base, options
+
+
+def _option_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 # ---- id lookup (lazy imports) ----------------------------------------------------------------------

@@ -29,6 +29,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
 from ctrl_rl.learn.evaluate import evaluate_policy
@@ -127,7 +128,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
         spec = probe_spec(run)
         check_env_memory(run, spec, N, ctx.device)
         A = 1 if spec.discrete else spec.action_dim
-        check_memory(loop.buffer_size * (8 * spec.obs_dim + 4 * A + 6), f"--buffer-size {loop.buffer_size} of {run.env}",
+        check_memory(loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6), f"--buffer-size {loop.buffer_size} of {run.env}",
                      "--buffer-size", ctx.device)
         env = build_env(run, N, run.seed, getattr(cfg, "gamma", 0.99))
         try:
@@ -145,7 +146,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
             algo = entry.make(cfg, env.spec, ctx.device, gen)
             if init is not None:
                 load_init(algo, *init, run.env)
-            buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, A, ctx.device)
+            buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, A, ctx.device, obs_parts=env.spec.parts)
         except BaseException:
             env.close()
             raise
@@ -172,7 +173,7 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline
         ck, c = ctx.checkpoint, ctx.counters
         load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")
         load_state(env, ck["env_state"], "environments", ctx.ck_dir / "latest.pt")
-        obs = ck["obs"].to(device)
+        obs = obs_to(ck["obs"], device)
         if ck.get("replay") is not None:
             buffer.load_state_dict(ck["replay"])
         ctx.restore_rng()
@@ -186,7 +187,8 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline
     def checkpoint(snapshot: bool = False) -> None:
         nonlocal saved_at
         ctx.check_finite({}, algo, f"step {step}")
-        payload = {"algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu(),
+        payload = {"algo_state": algo.state_dict(), "env_state": env.state_dict(),
+                   "obs": obs_map(lambda v: v.detach().cpu(), obs),
                    "replay": buffer.state_dict() if loop.save_replay and not snapshot else None}
         counters = {"iteration": it, "step": step, "updates": updates, "credit": credit, "last_return": last_return,
                     "next_eval": next_eval}

@@ -16,6 +16,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.core.obs import obs_cat, obs_map, obs_nbytes, obs_to
 from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
@@ -62,7 +63,7 @@ class Collector:
         self._episode_sums.zero_()
 
     def reset(self, seed: int) -> torch.Tensor:
-        return torch.cat([e.reset(seed=seed + 7919 * g) for g, e in enumerate(self.envs)])  # [N,O]
+        return obs_cat([e.reset(seed=seed + 7919 * g) for g, e in enumerate(self.envs)])  # [N,O] (or a dict of parts)
 
     def _record(self, t, storage, obs, action, logp, out, g) -> torch.Tensor:
         storage.add(t, obs, action, logp, out, self.slices[g])
@@ -180,7 +181,7 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
     steps_per_iter = T * run.num_envs
     iterations = math.ceil(run.total_steps / steps_per_iter)
     A = 1 if env.spec.discrete else env.spec.action_dim
-    check_memory(T * n_local * 4 * (2 * env.spec.obs_dim + A + 4), f"the rollout storage of {T} steps x {n_local} envs",
+    check_memory(T * n_local * (2 * obs_nbytes(env.spec.parts) + 4 * (A + 4)), f"the rollout storage of {T} steps x {n_local} envs",
                  "--rollout-steps or --num-envs", device)
     storage = RolloutStorage(T, n_local, env.spec, device)
 
@@ -192,7 +193,7 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
         where = ctx.ck_dir / "latest.pt"
         load_state(algo, ck["algo_state"] if W == 1 else ck["ranks"][rank]["algo_state"], "networks", where)
         load_state(env, ck["env_state"] if W == 1 else ck["ranks"][rank]["env_state"], "environments", where)
-        obs = (ck["obs"] if W == 1 else ck["ranks"][rank]["obs"]).to(device)
+        obs = obs_to(ck["obs"] if W == 1 else ck["ranks"][rank]["obs"], device)
         ctx.restore_rng()
         c = ctx.counters
         start_it, step, last_return = c["iteration"], c["step"], c["last_return"]
@@ -201,7 +202,8 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
     ctx.start(iterations * steps_per_iter, step, f"{ctx.algo_name} {run.env}")
 
     def checkpoint(it: int) -> None:
-        state = {"algo_state": algo.state_dict(), "env_state": env.state_dict(), "obs": obs.detach().cpu()}
+        state = {"algo_state": algo.state_dict(), "env_state": env.state_dict(),
+                 "obs": obs_map(lambda v: v.detach().cpu(), obs)}
         if dist_info.enabled:
             import torch.distributed as dist
 

@@ -13,7 +13,8 @@ The sequence ``train`` follows (the loop or the CLI calls these)::
 
 What a run directory holds (everything else is "not a ctrl_rl run"): ``config.json``, ``metrics.jsonl``,
 ``learning_curve.png``, TensorBoard's ``events.out.tfevents.*``, ``checkpoints/`` (``*.pt``), the lock
-``.lock`` and temporary files ``.<name>.tmp<PID>`` of interrupted atomic writes.
+``.lock``, temporary files ``.<name>.tmp<PID>`` of interrupted atomic writes, and ``pretrain/``, the nested
+run directory (same files) of an offline-to-online run's offline phase.
 """
 
 from __future__ import annotations
@@ -36,30 +37,37 @@ HALF_WRITTEN_STALE = 10.0  # seconds after which an empty or unreadable lock cou
 _OWN_FILES = {"config.json", "metrics.jsonl", "learning_curve.png", LOCK_NAME, _BREAK_NAME}
 _EVENTS_RE = re.compile(r"events\.out\.tfevents\..+")
 _CHECKPOINT_RE = re.compile(r".+\.pt")
+_SUB_RUNS = ("pretrain",)  # nested run directories: the offline pre-training phase of an offline-to-online run
 
 
 def _is_own_file(name: str) -> bool:
     return name in _OWN_FILES or bool(_EVENTS_RE.fullmatch(name) or _TMP_RE.fullmatch(name))
 
 
-def _foreign_entries(path: Path) -> list[str]:
-    """Entries of ``path`` (and of its checkpoints/) that ctrl_rl does not write, sorted."""
+def _foreign_entries(path: Path, prefix: str = "") -> list[str]:
+    """Entries of ``path`` (with its checkpoints/ and nested pretrain/ run) that ctrl_rl does not write, sorted."""
     foreign = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.name == "checkpoints" and entry.is_dir(follow_symlinks=False):
             for sub in sorted(os.scandir(entry.path), key=lambda e: e.name):
                 if not (sub.is_file(follow_symlinks=False) and (_CHECKPOINT_RE.fullmatch(sub.name) or _TMP_RE.fullmatch(sub.name))):
-                    foreign.append(f"checkpoints/{sub.name}")
+                    foreign.append(f"{prefix}checkpoints/{sub.name}")
+        elif not prefix and entry.name in _SUB_RUNS and entry.is_dir(follow_symlinks=False):
+            foreign += _foreign_entries(Path(entry.path), f"{entry.name}/")
         elif not (entry.is_file(follow_symlinks=False) and _is_own_file(entry.name)):
-            foreign.append(entry.name)
+            foreign.append(prefix + entry.name)
     return foreign
 
 
 def _checkpoints(path: Path) -> list[str]:
-    ck = path / "checkpoints"
-    if not ck.is_dir():
-        return []
-    return sorted(n for n in os.listdir(ck) if _CHECKPOINT_RE.fullmatch(n) and not n.startswith("."))
+    """The checkpoint files of the run in ``path`` and of its nested runs (``pretrain/checkpoints/...``)."""
+    found = []
+    for sub, prefix in ((path, ""), *((path / n, f"{n}/") for n in _SUB_RUNS)):
+        ck = sub / "checkpoints"
+        if ck.is_dir():
+            found += sorted(f"{prefix}checkpoints/{n}" for n in os.listdir(ck)
+                            if _CHECKPOINT_RE.fullmatch(n) and not n.startswith("."))
+    return found
 
 
 def _writable(p: Path) -> bool:
@@ -105,8 +113,8 @@ def check_new_run_dir(path: str | Path) -> bool:
                              f"or --resume {shown} to continue that run")
     owner = lock_owner(p)
     if owner is not None and owner.get("alive"):
-        raise UserInputError(f"run directory {shown!r} is in use by process {owner.get('pid')} on "
-                             f"{owner.get('host')}: expected one training process per run directory")
+        who = f"process {owner['pid']} on {owner.get('host')}" if owner.get("pid") is not None else "another process"
+        raise UserInputError(f"run directory {shown!r} is in use by {who}: expected one training process per run directory")
     return any(True for _ in os.scandir(p))
 
 
@@ -122,9 +130,19 @@ def clear_unstarted_run(path: str | Path) -> list[str]:
         raise UserInputError(f"run directory {str(path)!r} holds files that are not part of a ctrl_rl run "
                              f"({foreign[0]!r}): expected only the files of an unstarted run")
     removed = []
+    for sub, prefix in ((p / n, f"{n}/") for n in _SUB_RUNS):
+        if sub.is_dir():
+            removed += [prefix + r for r in _clear_own_files(sub)]
+            sub.rmdir()  # emptied: only ctrl_rl's files were there (checked above)
+            removed.append(prefix.rstrip("/"))
+    return removed + _clear_own_files(p)
+
+
+def _clear_own_files(p: Path) -> list[str]:
+    removed = []
     ck = p / "checkpoints"
     if ck.is_dir():
-        for name in os.listdir(ck):  # only temporary files are left (no *.pt above)
+        for name in os.listdir(ck):  # only temporary files are left (no *.pt: checked by the caller)
             (ck / name).unlink(missing_ok=True)
             removed.append(f"checkpoints/{name}")
         ck.rmdir()
@@ -137,7 +155,8 @@ def clear_unstarted_run(path: str | Path) -> list[str]:
 
 
 def check_resume_dir(path: str | Path) -> Path:
-    """The checkpoint to resume from, ``path/checkpoints/latest.pt``, or one UserInputError sentence: a
+    """The checkpoint to resume from, ``path/checkpoints/latest.pt`` (or, for an offline-to-online run stopped
+    in its pre-training phase, ``path/pretrain/checkpoints/latest.pt``), or one UserInputError sentence: a
     missing path, a file, a directory that is not a run, or a run killed before its first checkpoint (which
     is restarted without --resume). The checkpoint itself is validated by ``load_checkpoint``."""
     p = Path(path)
@@ -149,6 +168,9 @@ def check_resume_dir(path: str | Path) -> Path:
     if not (p / "config.json").is_file():
         raise UserInputError(f"resume directory {shown!r} has no config.json: expected a run directory written by `ctrl-rl train`")
     ck = p / "checkpoints" / "latest.pt"
+    pre = [p / n / "checkpoints" / "latest.pt" for n in _SUB_RUNS if (p / n / "checkpoints" / "latest.pt").is_file()]
+    if not ck.is_file() and pre:
+        return pre[0]  # stopped inside the offline pre-training phase of an offline-to-online run
     if not ck.is_file():
         if _checkpoints(p):
             raise UserInputError(f"resume directory {shown!r} has no checkpoints/latest.pt (only "

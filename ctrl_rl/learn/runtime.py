@@ -35,6 +35,7 @@ from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
 from ctrl_rl.learn.logging import RunLogger
+from ctrl_rl.learn.progress import progress_bar
 
 
 class TrainingDiverged(RuntimeError):
@@ -126,15 +127,6 @@ def build_env(run: RunConfig, num_envs: int, seed: int, gamma: float = 0.99):
     return env
 
 
-def progress_bar(enabled: bool, total: int, initial: int, desc: str, unit: str = "step"):
-    """A tqdm bar (or None when disabled)."""
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, unit=unit, unit_scale=True, dynamic_ncols=True, desc=desc, mininterval=0.5)
-
-
 def floats(info: dict) -> dict[str, float]:
     """An update's info with every device tensor converted to a float in one host sync."""
     keys = [k for k, v in info.items() if isinstance(v, torch.Tensor)]
@@ -191,7 +183,8 @@ class RunContext:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ck_dir.mkdir(exist_ok=True)
             save_config(self.run_dir / "config.json", self.algo_name, self.run, self.cfg)
-            self.logger = RunLogger(self.run_dir, resume_step=self.counters.get("step") if self.resume else None)
+            self.logger = RunLogger(self.run_dir, resume_step=self.counters.get("step") if self.resume else None,
+                                    resume_offset=self.counters.get("metrics_offset") if self.resume else None)
         self.bar = progress_bar(self.run.progress and self.is_main, total, done, desc, unit)
         self.t_start = time.time()
 
@@ -228,9 +221,13 @@ class RunContext:
         (plus the wall time) next to ``payload`` (algo_state, env_state, ...)."""
         if not self.is_main:
             return
+        offset = {}
+        if self.logger is not None and name == "latest.pt":
+            self.logger.sync()  # the rows the checkpoint counts are on disk before it is
+            offset = {"metrics_offset": self.logger.offset}
         data = {"algo": self.algo_name, "config": {"run": to_dict(self.run), "algo": to_dict(self.cfg)},
                 "rng": global_rng_state(), **payload,
-                "counters": {**counters, "wall_time": self.wall_time()}}
+                "counters": {**counters, "wall_time": self.wall_time(), **offset}}
         save_checkpoint(self.ck_dir / name, data)
         if name == "latest.pt":
             self.saved = True

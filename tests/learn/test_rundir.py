@@ -212,3 +212,20 @@ def test_processes_racing_for_a_stale_lock_get_it_once(tmp_path):
     results = sorted(o.strip() for o, _ in outs)
     assert results == ["got", "refused", "refused", "refused"], outs
     assert not (d / ".lock").exists() and not (d / ".lock.break").exists()
+
+
+def test_pretrain_subrun_of_an_offline_to_online_run(tmp_path):
+    d = unstarted_run(tmp_path / "run")
+    unstarted_run(d / "pretrain")
+    assert check_new_run_dir(d) is True  # the nested pre-training run is ctrl_rl's own
+    (d / "pretrain" / "mine.txt").write_text("x")
+    one_sentence(check_new_run_dir, d, contains=["'pretrain/mine.txt'"])
+    (d / "pretrain" / "mine.txt").unlink()
+    with RunDirLock(d):
+        removed = clear_unstarted_run(d)
+    assert "pretrain" in removed and "pretrain/config.json" in removed and snapshot(d) == []
+    unstarted_run(d)
+    unstarted_run(d / "pretrain")
+    save_checkpoint(d / "pretrain" / "checkpoints" / "latest.pt", {"algo": "sac_flow_o2o", "config": {}})
+    one_sentence(check_new_run_dir, d, contains=["--resume"])  # started: stopped inside the offline phase
+    assert check_resume_dir(d) == d / "pretrain" / "checkpoints" / "latest.pt"
