@@ -122,3 +122,67 @@ def test_divergence_before_the_first_checkpoint_says_there_is_none(tmp_path, mon
 
     with pytest.raises(TrainingDiverged, match="no checkpoint was written yet"):
         train_offpolicy(run, "sac", SACConfig(actor_hidden=(8,), critic_hidden=(8,)), tmp_path / "r")
+
+
+def test_run_dir_that_is_a_file_or_holds_other_files_is_refused(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    refused(cli("train", "ppo", "--run-dir", f, *SMALL), "is an existing file")
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"\xff\xd8")
+    refused(cli("train", "ppo", "--run-dir", other, *SMALL), "not part of a ctrl_rl run")
+    assert sorted(p.name for p in other.iterdir()) == ["cat.jpg"]
+
+
+def test_a_run_killed_before_its_first_checkpoint_restarts_and_cannot_be_resumed(ppo_run, tmp_path):
+    d = tmp_path / "killed"
+    d.mkdir()
+    shutil.copy(ppo_run / "config.json", d / "config.json")  # what a run leaves when killed before checkpointing
+    (d / "metrics.jsonl").write_text('{"step": 1}\n')
+    (d / "checkpoints").mkdir()
+    (d / "checkpoints" / ".latest.pt.tmp999999").write_bytes(b"half")
+    refused(cli("train", "ppo", "--resume", d), "before its first checkpoint", "without --resume")
+    r = cli("train", "ppo", "--env", "torch:Pendulum", "--run-dir", d, *SMALL)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "restarting" in r.stderr
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["step"] > 1 and not list((d / "checkpoints").glob(".*tmp*")) and not (d / ".lock").exists()
+
+
+def test_a_second_process_on_the_same_run_dir_is_refused(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    d = tmp_path / "busy"
+    first = subprocess.Popen([sys.executable, "-m", "ctrl_rl", "train", "sac", "--env", "torch:Pendulum", "--run-dir",
+                              str(d), "--total-steps", "1000000", "--no-progress", "--threads", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if (d / "config.json").exists():
+                break
+            time.sleep(0.1)
+        assert (d / ".lock").exists()
+        refused(cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--total-steps", "100"), "in use by process",
+                str(first.pid))
+    finally:
+        first.kill()
+        first.wait()
+    # the lock of the killed process is stale: a run that resumes takes it over once there is a checkpoint;
+    # without one the directory restarts
+    r = cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--total-steps", "300", "--learning-starts", "100",
+            "--no-progress", "--threads", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_checkpoint_with_a_flipped_byte_is_refused(ppo_run, tmp_path):
+    d = tmp_path / "flip"
+    shutil.copytree(ppo_run, d)
+    p = d / "checkpoints" / "latest.pt"
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    p.write_bytes(bytes(data))
+    refused(cli("eval", d), "latest.pt")
+    refused(cli("train", "ppo", "--resume", d, "--total-steps", "16384"), "latest.pt")
