@@ -114,9 +114,14 @@ class SACConfig:
     step (and target update), then the actor and temperature take one step on their union (WSRL: 4)."""
     final_hidden_scale: float = 1.0
     """Initial-weight scale of the last hidden layer of actor and critics (WSRL ``kernel_scale_final`` 1e-2)."""
-    encoder: EncoderConfig = EncoderConfig()
-    """Encoder of multi-part observations (camera images; ``core.encoders``, DrQ's CNN by default): flags
-    ``--cnn-channels``, ``--cnn-layers``, ``--image-features``, ... Unused by flat observations."""
+    cnn_channels: int = 32
+    """Encoder of camera images (multi-part observations only; ``core.encoders``): channels of every conv
+    layer (DrQ: 32)."""
+    cnn_layers: int = 4
+    """Encoder: conv layers per camera (DrQ: 4; 2 is much cheaper on CPU for small simple scenes such as
+    ``torch:PointMassPixels`` at 32 px)."""
+    image_features: int = 50
+    """Encoder: features out of each camera's CNN (Linear + LayerNorm + tanh; DrQ: 50)."""
     drq_pad: int = 0
     """DrQ random shift of the image parts in every update: replicate-pad by this many pixels, crop back at a
     random offset (0: off; DrQ: 4 for 84x84 images). Unused by flat observations."""
@@ -133,6 +138,14 @@ class SACConfig:
             raise ValueError("invalid SAC setting: expected critic_splits >= 1 and final_hidden_scale > 0")
         if not isinstance(self.drq_pad, int) or isinstance(self.drq_pad, bool) or self.drq_pad < 0:
             raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a positive number of pixels")
+        _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        """The observation encoder's settings (``core.encoders.make_encoder``), from the ``cnn_*`` and
+        ``image_features`` fields. Flat fields rather than a nested ``EncoderConfig``: the CLI checks flags
+        against the config's own fields."""
+        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers, image_features=self.image_features)
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None

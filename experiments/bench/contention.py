@@ -54,18 +54,34 @@ WORKLOADS = {
                 "--checkpoint-every 100000", 3000),
 }
 
-# A launcher that applies ctrl_rl.core.perf's policy the way the run runtime should: the OpenMP wait policy
-# before torch is imported, the thread count from default_threads() unless --threads is given.
-POLICY_LAUNCHER = """
-import sys
+# A launcher that applies ctrl_rl.core.perf's policy the way the run runtime should, without editing the
+# loops: perf imported before torch (its CPU-time baseline, and GOMP_SPINCOUNT when BENCH_SPIN is set), then
+# a ThreadGovernor with default_threads() (or BENCH_MAX_THREADS) as its maximum, created right after the
+# loop's setup_device when --threads is 0. It polls before every optimizer step (torch's global hook).
+GOVERNOR_LAUNCHER = """
+import atexit, json, os, sys
 from ctrl_rl.core import perf
-perf.configure_openmp_wait_policy()
+if os.environ.get("BENCH_SPIN"):
+    perf.configure_openmp_spin(int(os.environ["BENCH_SPIN"]))
 from ctrl_rl.cli import main, OFF_POLICY, OFFLINE
+import ctrl_rl.learn.onpolicy as on, ctrl_rl.learn.offpolicy as off, ctrl_rl.learn.offline as offl
 argv = sys.argv[1:]
-if not any(a == "--threads" or a.startswith("--threads=") for a in argv):
-    algo = argv[1]
-    kind = "offpolicy" if algo in OFF_POLICY else "offline" if algo in OFFLINE else "onpolicy"
-    argv += ["--threads", str(perf.default_threads("cpu", kind))]
+kind = "offpolicy" if argv[1] in OFF_POLICY else "offline" if argv[1] in OFFLINE else "onpolicy"
+govs = []
+def wrap(mod):
+    orig = mod.setup_device
+    def setup_device(name, threads):
+        dev = orig(name, threads)
+        if threads == 0:
+            mx = int(os.environ.get("BENCH_MAX_THREADS", 0)) or perf.default_threads(dev.type, kind)
+            if mx:
+                govs.append(perf.ThreadGovernor(mx))
+        return dev
+    mod.setup_device = setup_device
+for m in (on, off, offl):
+    wrap(m)
+atexit.register(lambda: print("GOVERNOR " + json.dumps([{"max": g.max_threads, "final": g.threads, "changes": g.changes,
+                                                         "other_busy": g.other_busy} for g in govs])))
 raise SystemExit(main(argv))
 """
 
@@ -80,7 +96,7 @@ class Setting:
     env: dict = field(default_factory=dict)
     flags_b: tuple[str, ...] | None = None
     env_b: dict | None = None
-    launcher: bool = False  # start through POLICY_LAUNCHER instead of `-m ctrl_rl`
+    launcher: bool = False  # start through GOVERNOR_LAUNCHER instead of `-m ctrl_rl`
     note: str = ""
 
     def copy(self, which: int) -> tuple[tuple[str, ...], dict]:
@@ -101,12 +117,19 @@ SETTINGS = {
                        note="GOMP_SPINCOUNT=10000 (libgomp default 300000 spins before sleeping)"),
     "mixed": Setting("mixed", (), flags_b=("--threads", "1"),
                      note="copy A default, copy B --threads 1: only the later-started run detected the other"),
-    "policy": Setting("policy", launcher=True,
-                      note="ctrl_rl.core.perf: configure_openmp_wait_policy() before torch, --threads default_threads()"),
+    "governor": Setting("governor", launcher=True,
+                        note="ctrl_rl.core.perf.ThreadGovernor(default_threads()) created after setup_device, polled "
+                             "before every optimizer step"),
+    "governor_spin10k": Setting("governor_spin10k", env={"BENCH_SPIN": "10000"}, launcher=True,
+                                note="governor + perf.configure_openmp_spin(10000) before torch"),
+    "governor_t2": Setting("governor_t2", env={"BENCH_MAX_THREADS": "2"}, launcher=True,
+                           note="ThreadGovernor(max_threads=2) for a loop that defaults to one thread"),
+    "mixed_governor": Setting("mixed_governor", launcher=True, flags_b=("--threads", "2"),
+                              note="copy A governed, copy B --threads 2 (an ungoverned neighbour)"),
 }
-DEFAULT_SETTINGS = {"ppo": ["default", "threads1", "omp_passive", "spin10k", "mixed", "policy"],
-                    "sac": ["default", "threads2", "omp_passive_t2", "policy"],
-                    "offline": ["default", "threads2", "omp_passive_t2", "policy"]}
+DEFAULT_SETTINGS = {"ppo": ["default", "threads1", "omp_passive", "spin10k", "mixed", "governor"],
+                    "sac": ["default", "threads2", "governor_t2"],
+                    "offline": ["default", "threads2", "governor_t2"]}
 
 
 def parse_setting(spec: str) -> Setting:
@@ -191,6 +214,13 @@ def wait_all(procs: list[Proc], timeout: float) -> None:
         time.sleep(0.02)
 
 
+def governor_info(out_path: Path) -> list | None:
+    for line in out_path.read_text().splitlines():
+        if line.startswith("GOVERNOR "):
+            return json.loads(line[len("GOVERNOR "):])
+    return None
+
+
 def train_wall(out_path: Path) -> float | None:
     for line in reversed(out_path.read_text().splitlines()):
         if line.startswith("{") and "wall_time_s" in line:
@@ -216,7 +246,7 @@ def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, t
             tail = p.out_path.read_text()[-2000:]
             raise RuntimeError(f"run failed (exit {p.rc}): {' '.join(p.popen.args)}\n{tail}")
         rows.append({"wall_s": round(p.wall_s, 2), "train_s": train_wall(p.out_path), "cpu_s": round(p.cpu_s, 2),
-                     "timed_out": p.timed_out, **{f"{k}_at_start": v for k, v in p.load_at_start.items()}})
+                     "timed_out": p.timed_out, "governor": governor_info(p.out_path), **{f"{k}_at_start": v for k, v in p.load_at_start.items()}})
     return {"procs": rows, "foreign_load": round(foreign, 2), "quiet_gate": quiet}
 
 
@@ -249,13 +279,19 @@ def median(xs: list[float]) -> float | None:
 
 
 def summarize(all_reps: list[dict]) -> dict:
-    clean = [r for r in all_reps if max(r["solo"]["foreign_load"], r["pair"]["foreign_load"]) <= CLEAN_FOREIGN]
+    clean = [r for r in all_reps
+             if max(r["solo"]["foreign_load"], r["pair"]["foreign_load"] if r["pair"] else 0.0) <= CLEAN_FOREIGN]
     out = {"all": _summary(all_reps), "clean": _summary(clean) if clean else None, "n": len(all_reps), "n_clean": len(clean)}
     return out
 
 
 def _summary(reps: list[dict]) -> dict:
     solo = [r["solo"]["procs"][0] for r in reps]
+    if any(r["pair"] is None for r in reps):  # --solo-only
+        return {"solo_wall_s": median([s["wall_s"] for s in solo]), "solo_train_s": median([s["train_s"] for s in solo]),
+                "solo_cpu_s": median([s["cpu_s"] for s in solo]), "solo_train_all": [s["train_s"] for s in solo],
+                "solo_wall_all": [s["wall_s"] for s in solo], "load1_before": median([s["load1_at_start"] for s in solo]),
+                "foreign_load": median([r["solo"]["foreign_load"] for r in reps])}
     pair = [r["pair"]["procs"] for r in reps]
     slow = [max(p["wall_s"] for p in pr) / s["wall_s"] for s, pr in zip(solo, pair)]
     mean_slow = [statistics.mean(p["wall_s"] for p in pr) / s["wall_s"] for s, pr in zip(solo, pair)]
@@ -298,9 +334,17 @@ def markdown(payload: dict) -> str:
                   "| setting | solo s (train s) | concurrent s, each copy (train s) | slowdown [repeats] | train-time slowdown "
                   "| CPU s solo / concurrent | load1 before | foreign |",
                   "|---|---|---|---|---|---|---|---|"]
+        solo_only = any("pair_wall_s" not in (r["summary"]["all"] or {}) for r in res["settings"].values())
+        if solo_only:
+            lines[-2:] = ["| setting | solo s, median (all repeats) | solo train s, median (all repeats) | CPU s | load1 before | foreign |",
+                          "|---|---|---|---|---|---|"]
         for name, r in res["settings"].items():
             s = r["summary"]["clean"] or r["summary"]["all"]
             which = f"{r['summary']['n_clean']}/{r['summary']['n']} clean" if r["summary"]["clean"] else f"all {r['summary']['n']}, none clean"
+            if solo_only:
+                lines.append(f"| {name} ({which}) | {s['solo_wall_s']} {s['solo_wall_all']} | **{s['solo_train_s']}** "
+                             f"{s['solo_train_all']} | {s['solo_cpu_s']} | {s['load1_before']} | {s['foreign_load']} |")
+                continue
             conc = " / ".join(f"{w} ({t})" for w, t in zip(s["pair_wall_s"], s["pair_train_s"]))
             to = " (timed out)" if s["any_timed_out"] else ""
             lines.append(f"| {name} ({which}) | {s['solo_wall_s']} ({s['solo_train_s']}) | {conc}{to} | **{s['slowdown']}x** "
@@ -322,6 +366,7 @@ def main() -> None:
     ap.add_argument("--out", default="contention", help="experiments/results/<out>.{json,md}")
     ap.add_argument("--quiet-wait", type=float, default=60.0,
                     help="before each measurement wait up to this many s for other processes to go quiet (0: don't)")
+    ap.add_argument("--solo-only", action="store_true", help="only the solo runs (an A/B of the settings' solo speed)")
     ap.add_argument("--quiet-below", type=float, default=0.3, help="'quiet': other processes use fewer cores than this")
     args = ap.parse_args()
     QUIET.update(max_wait=args.quiet_wait, threshold=args.quiet_below)
@@ -347,7 +392,7 @@ def main() -> None:
             train_args = template.format(steps=steps, dataset=dataset).split() + ["--no-progress", *args.extra.split()]
 
             def cmd_for(run_dir: Path, flags: tuple[str, ...], launcher: bool, train_args=train_args) -> list[str]:
-                head = [sys.executable, "-c", POLICY_LAUNCHER] if launcher else [sys.executable, "-m", "ctrl_rl"]
+                head = [sys.executable, "-c", GOVERNOR_LAUNCHER] if launcher else [sys.executable, "-m", "ctrl_rl"]
                 return [*head, "train", *train_args, "--run-dir", str(run_dir), *flags]
 
             names = args.settings or DEFAULT_SETTINGS[wl]
@@ -362,9 +407,15 @@ def main() -> None:
                 for s in settings[k:] + settings[:k]:  # rotated: no setting always runs first or after the same one
                     tag = f"{wl}-{s.name}-r{rep}"
                     solo = measure(cmd_for, s, 1, args.timeout, tmp, tag + "-solo")
-                    pair = measure(cmd_for, s, 2, args.timeout, tmp, tag + "-pair")
+                    pair = None if args.solo_only else measure(cmd_for, s, 2, args.timeout, tmp, tag + "-pair")
                     res["settings"][s.name]["repeats"].append({"solo": solo, "pair": pair})
-                    sp, pp = solo["procs"][0], pair["procs"]
+                    sp = solo["procs"][0]
+                    if pair is None:
+                        print(f"[{wl} r{rep} {time.strftime('%H:%M:%S')}] {s.name:15s} solo {sp['wall_s']:7.1f}s "
+                              f"(train {sp['train_s']})  cpu {sp['cpu_s']:.0f}  load1 {sp['load1_at_start']:.2f} "
+                              f"foreign {solo['foreign_load']:.2f}", flush=True)
+                        continue
+                    pp = pair["procs"]
                     print(f"[{wl} r{rep} {time.strftime('%H:%M:%S')}] {s.name:15s} solo {sp['wall_s']:7.1f}s (train {sp['train_s']})  "
                           f"pair {pp[0]['wall_s']:7.1f}s / {pp[1]['wall_s']:7.1f}s  "
                           f"slowdown {max(p['wall_s'] for p in pp) / sp['wall_s']:.2f}x  "

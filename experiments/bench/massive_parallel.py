@@ -62,7 +62,7 @@ def child(log2n: int, iters: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         run = RunConfig(env="torch:Pendulum", num_envs=n, total_steps=T * n * (iters + 1), progress=False,
                         checkpoint_every=10**9, seed=0)
-        train_onpolicy(run, cfg, Path(d) / "r")
+        train_onpolicy(run, "ppo", cfg, Path(d) / "r")
         rows = [json.loads(x) for x in (Path(d) / "r" / "metrics.jsonl").read_text().splitlines()]
     timed = rows[1:]  # the first update includes warm-up
     seconds = timed[-1]["wall_time"] - rows[0]["wall_time"]

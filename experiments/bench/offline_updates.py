@@ -127,8 +127,8 @@ class Runner:
 
 
 def ctrl_rl_runner(variant: str, buffer, seed: int) -> Runner:
+    from ctrl_rl.algos import registry
     from ctrl_rl.envs.protocol import EnvSpec
-    from ctrl_rl.learn.offline import make_offline_algo
 
     spec = EnvSpec("synthetic:halfcheetah-sized", (OBS_DIM,), False, ACTION_DIM, (-1.0,) * ACTION_DIM,
                    (1.0,) * ACTION_DIM)
@@ -136,17 +136,16 @@ def ctrl_rl_runner(variant: str, buffer, seed: int) -> Runner:
         from ctrl_rl.algos.iql import IQLConfig
 
         cfg = IQLConfig(num_critics=2, expectile=0.7, beta=3.0, weight_clip=100.0, actor_lr=3e-4, critic_lr=3e-4,
-                        value_lr=3e-4, cosine_steps=None, batch_size=BATCH)
+                        value_lr=3e-4, cosine_steps=None)
     else:
         from ctrl_rl.algos.cql import CQLConfig
 
-        cfg = CQLConfig(batch_size=BATCH) if variant == "cql_wsrl" else CQLConfig(
+        cfg = registry.get("cql").default_config() if variant == "cql_wsrl" else CQLConfig(
             num_critics=2, target_subset=2, layer_norm=False, actor_layer_norm=False, final_hidden_scale=1.0,
             actor_lr=1e-4, critic_lr=3e-4, alpha_lr=1e-4, init_alpha=1.0, backup_entropy=False, alpha_cql=5.0,
-            lagrange=False, num_cql_samples=10, importance_sampling=True, max_target_backup=False, calql=False,
-            batch_size=BATCH)
+            lagrange=False, num_cql_samples=10, importance_sampling=True, max_target_backup=False, calql=False)
     gen = torch.Generator().manual_seed(seed)
-    algo = make_offline_algo(ALGOS[variant], cfg, spec, torch.device("cpu"), gen)
+    algo = registry.get(ALGOS[variant]).make(cfg, spec, torch.device("cpu"), gen)
     return Runner(f"ctrl_rl/{variant}", lambda: buffer.sample(BATCH, gen), lambda b: algo.update(b, sync=False))
 
 

@@ -162,6 +162,12 @@ def command(job: Job, g: dict, datasets: dict[str, str]) -> list[str]:
     return [*py, *init, "--dataset", data, "--offline-ratio", "0.5", *o2o]
 
 
+def _learning_starts(cfg: dict) -> int | None:
+    """The warm-up of a run's config.json: in the loop settings (older runs: in the algorithm config)."""
+    loop = cfg.get("run", {}).get("loop") or {}
+    return loop.get("learning_starts", cfg.get("config", {}).get("learning_starts"))
+
+
 def checkpoint_step(d: Path) -> int | None:
     """The step counter of ``d``'s latest checkpoint (None: no checkpoint)."""
     p = d / "checkpoints" / "latest.pt"
@@ -340,7 +346,7 @@ def run_summary(job: Job) -> dict:
            "wall_time_s": rows[-1].get("wall_time") if rows else None, "run_dir": str(d),
            "final_return": None, "final_score_d4rl": None, "final_score_local": None,
            "step0_score": None, "min_after_warmup": None, "auc_mean_score": None,
-           "warmup_steps": cfg.get("config", {}).get("learning_starts") if job.method in O2O else None}
+           "warmup_steps": _learning_starts(cfg) if job.method in O2O else None}
     if not curve:
         return out
     out.update(final_return=curve[-1][2], final_score_d4rl=curve[-1][1], final_score_local=_score(env, curve[-1][2], "local"))
