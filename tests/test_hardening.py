@@ -36,6 +36,8 @@ def refused(r, *words):
     (["train", "ppo", "--target-kl", "-1"], ["target_kl"]),
     (["train", "sac", "--env", "torch:Pendulum", "--utd-ratio", "nan"], ["--utd-ratio"]),
     (["train", "rlpd", "--env", "torch:Pendulum", "--offline-ratio", "1.5"], ["--offline-ratio"]),
+    (["train", "sac_flow", "--env", "torch:PointMassPixels,image_size=16"], ["flat state observations", "image/top"]),
+    (["train", "ppo", "--env", "torch:PointMassPixels,image_size=-3"], ["image_size"]),
 ])
 def test_invalid_values_are_refused_before_anything_is_written(args, words, tmp_path):
     d = tmp_path / "run"

@@ -60,6 +60,7 @@ from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.offline import OfflineDataset
 
 
@@ -212,6 +213,9 @@ class CQL:
                  generator: torch.Generator | None = None):
         if not isinstance(config, CQLConfig):
             raise TypeError(f"CQL needs a CQLConfig, got {type(config).__name__}")
+        if not spec.is_flat:
+            raise UserInputError(f"CQL takes flat state observations: env {spec.env_id!r} has the parts "
+                                 f"{[q.name for q in spec.parts]} (expected a state-vector env; PPO and SAC learn from images)")
         if spec.discrete:
             raise ValueError(f"CQL needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec = config, spec

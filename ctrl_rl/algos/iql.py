@@ -43,6 +43,7 @@ from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.errors import UserInputError
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.algos.sac import DeterministicPolicy
 
@@ -154,6 +155,9 @@ class IQL:
 
     def __init__(self, config: IQLConfig, spec: EnvSpec, device: torch.device | str = "cpu",
                  generator: torch.Generator | None = None):
+        if not spec.is_flat:
+            raise UserInputError(f"IQL takes flat state observations: env {spec.env_id!r} has the parts "
+                                 f"{[q.name for q in spec.parts]} (expected a state-vector env; PPO and SAC learn from images)")
         if spec.discrete:
             raise ValueError(f"IQL needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec, self.device = config, spec, torch.device(device)

@@ -142,7 +142,8 @@ class PPOConfig:
         """The observation encoder's settings (``core.encoders.make_encoder``), from the ``cnn_*`` and
         ``image_features`` fields. Flat fields rather than a nested ``EncoderConfig``: the CLI checks flags
         against the config's own fields."""
-        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers, image_features=self.image_features)
+        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
+                             image_features=self.image_features)
 
 
 def scale_envs(num_envs: int, config: PPOConfig, k: int) -> tuple[int, PPOConfig]:
@@ -301,7 +302,7 @@ class PPO:
         return self.sample(obs)[0]
 
     def exportable(self) -> nn.Module:
-        """The deterministic policy (``DeterministicPolicy``: a tensor in for flat envs, the dict of parts otherwise)."""
+        """The deterministic policy (``DeterministicPolicy``: a tensor in for flat envs, else the dict of parts)."""
         return DeterministicPolicy(self.ac)
 
     # -- learning -----------------------------------------------------------------------------------

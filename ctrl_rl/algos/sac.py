@@ -137,7 +137,7 @@ class SACConfig:
         if self.critic_splits < 1 or self.final_hidden_scale <= 0:
             raise ValueError("invalid SAC setting: expected critic_splits >= 1 and final_hidden_scale > 0")
         if not isinstance(self.drq_pad, int) or isinstance(self.drq_pad, bool) or self.drq_pad < 0:
-            raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a positive number of pixels")
+            raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a number of pixels")
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
 
     @property
@@ -145,7 +145,8 @@ class SACConfig:
         """The observation encoder's settings (``core.encoders.make_encoder``), from the ``cnn_*`` and
         ``image_features`` fields. Flat fields rather than a nested ``EncoderConfig``: the CLI checks flags
         against the config's own fields."""
-        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers, image_features=self.image_features)
+        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
+                             image_features=self.image_features)
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
@@ -172,8 +173,9 @@ class Actor(nn.Module):
 
     def __init__(self, cfg: SACConfig, spec: EnvSpec, in_dim: int | None = None):
         super().__init__()
-        self.net = mlp(spec.obs_dim if in_dim is None else in_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation, layer_norm=cfg.actor_layer_norm,
-                       batch_renorm=cfg.actor_batch_renorm, renorm_warmup=cfg.renorm_warmup)
+        self.net = mlp(spec.obs_dim if in_dim is None else in_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation,
+                       layer_norm=cfg.actor_layer_norm, batch_renorm=cfg.actor_batch_renorm,
+                       renorm_warmup=cfg.renorm_warmup)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(obs).chunk(2, -1)  # [B,A] each
@@ -228,7 +230,7 @@ class SAC:
         if actor is not None and not spec.is_flat:
             raise ValueError(f"{type(self).__name__}'s actor reads flat observations: {spec.env_id} has the observation "
                              f"parts {[p.name for p in spec.parts]} (expected a single float 'state')")
-        # Flat observations: no encoder at all (no parameters, no op, networks as before encoders existed).
+        # flat observations: no encoder at all (no parameters, no op, the networks they had before encoders)
         self.encoder: Encoder | None = None if spec.is_flat else make_encoder(spec.parts, c.encoder).to(self.device)
         feat_dim = spec.obs_dim if self.encoder is None else self.encoder.out_dim
         if actor is None:
@@ -290,7 +292,7 @@ class SAC:
         return random_shift_obs(obs, self.config.drq_pad, self.gen) if self.config.drq_pad else obs
 
     def _sample_eval(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actor sample (of features ``obs``) with BatchRenorm (if any) on running statistics, statistics left untouched."""
+        """Actor sample (of features ``obs``) with BatchRenorm (if any) on running statistics, left untouched."""
         if not self.actor_renorm:
             return self.actor.sample(obs, self.gen)
         self.actor.eval()

@@ -65,6 +65,7 @@ from ctrl_rl.core.distributions import tanh_log_det
 from ctrl_rl.core.nets import BatchRenorm, mlp
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.errors import UserInputError
 
 FlowVelocity = Literal["gated", "decoded", "naive"]
 _LOG_2PI = math.log(2 * math.pi)
@@ -361,6 +362,9 @@ class SACFlow(SAC):
                  generator: torch.Generator | None = None):
         if not isinstance(config, SACFlowConfig):
             raise TypeError(f"SACFlow needs a SACFlowConfig, got {type(config).__name__}")
+        if not spec.is_flat:
+            raise UserInputError(f"SAC Flow takes flat state observations: env {spec.env_id!r} has the parts "
+                                 f"{[q.name for q in spec.parts]} (expected a state-vector env; PPO and SAC learn from images)")
         if spec.discrete:
             raise ValueError(f"SAC Flow needs continuous actions; {spec.env_id} has discrete actions")
         super().__init__(config, spec, device, generator, actor=make_flow_actor(config, spec))

@@ -128,8 +128,8 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
         spec = probe_spec(run)
         check_env_memory(run, spec, N, ctx.device)
         A = 1 if spec.discrete else spec.action_dim
-        check_memory(loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6), f"--buffer-size {loop.buffer_size} of {run.env}",
-                     "--buffer-size", ctx.device)
+        check_memory(loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6),
+                     f"--buffer-size {loop.buffer_size} of {run.env}", "--buffer-size", ctx.device)
         env = build_env(run, N, run.seed, getattr(cfg, "gamma", 0.99))
         try:
             if entry.continuous_only and env.spec.discrete:

@@ -181,8 +181,8 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
     steps_per_iter = T * run.num_envs
     iterations = math.ceil(run.total_steps / steps_per_iter)
     A = 1 if env.spec.discrete else env.spec.action_dim
-    check_memory(T * n_local * (2 * obs_nbytes(env.spec.parts) + 4 * (A + 4)), f"the rollout storage of {T} steps x {n_local} envs",
-                 "--rollout-steps or --num-envs", device)
+    check_memory(T * n_local * (2 * obs_nbytes(env.spec.parts) + 4 * (A + 4)),
+                 f"the rollout storage of {T} steps x {n_local} envs", "--rollout-steps or --num-envs", device)
     storage = RolloutStorage(T, n_local, env.spec, device)
 
     start_it, step, last_return = 0, 0, float("nan")

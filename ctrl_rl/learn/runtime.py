@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ctrl_rl.config import RunConfig, save_config, to_dict
+from ctrl_rl.core.obs import obs_nbytes
 from ctrl_rl.core.perf import tune_allocator
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.envs.registry import make_env
@@ -97,12 +98,12 @@ def probe_spec(run: RunConfig):
 
 # A torch-native env keeps a few tensors of the observation's size per env (state, observation, final
 # observation, episode statistics): an estimate of what N envs take, to refuse impossible --num-envs early.
-ENV_BYTES_PER_OBS_FLOAT = 64
+ENV_OBS_COPIES = 16
 
 
 def check_env_memory(run: RunConfig, spec, num_envs: int, device: torch.device) -> None:
-    check_memory(num_envs * max(spec.obs_dim, 1) * ENV_BYTES_PER_OBS_FLOAT, f"--num-envs {num_envs} of {run.env}",
-                 "--num-envs", device)
+    per_env = max(obs_nbytes(spec.parts), 4) * ENV_OBS_COPIES
+    check_memory(num_envs * per_env, f"--num-envs {num_envs} of {run.env}", "--num-envs", device)
 
 
 def load_state(obj, state: dict, what: str, path) -> None:

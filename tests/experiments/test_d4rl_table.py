@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from ctrl_rl.learn.checkpoint import save_checkpoint
 from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 def test_default_preset_solves_torch_pendulum(tmp_path, seed):
     run = from_dict(RunConfig, {**DEFAULT_PRESET.run, "seed": seed, "progress": False})
     cfg = from_dict(PPOConfig, DEFAULT_PRESET.config)
-    res = train_onpolicy(run, cfg, tmp_path / "r")
+    res = train_onpolicy(run, "ppo", cfg, tmp_path / "r")
     assert res.last_return >= -250, res.last_return
 
 
@@ -22,6 +22,6 @@ def test_cartpole_deterministic_policy_reaches_475(tmp_path):
 
     run = RunConfig(env="torch:CartPole", num_envs=256, total_steps=1_000_000, seed=0, progress=False)
     cfg = PPOConfig(rollout_steps=32, minibatch_size=2048, epochs=8, lr=1e-3)
-    train_onpolicy(run, cfg, tmp_path / "r")
+    train_onpolicy(run, "ppo", cfg, tmp_path / "r")
     out = evaluate_checkpoint(str(tmp_path / "r"), EvalOptions(episodes=16))
     assert out["episodes"] == 16 and out["return_mean"] >= 475, out
