@@ -188,3 +188,42 @@ def test_a_checkpoint_with_a_flipped_byte_is_refused(ppo_run, tmp_path):
     p.write_bytes(bytes(data))
     refused(cli("eval", d), "latest.pt")
     refused(cli("train", "ppo", "--resume", d, "--total-steps", "16384"), "latest.pt")
+
+
+def test_kill_9_then_resume_equals_the_uninterrupted_run(tmp_path):
+    """A real SIGKILL in the middle of training (lock, metrics and checkpoint left as the kill found them),
+    then `--resume`: the final networks and the metrics rows equal an uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    from ctrl_rl.learn.checkpoint import load_checkpoint
+
+    args = ["train", "ppo", "--env", "torch:Pendulum", "--num-envs", "32", "--rollout-steps", "8",
+            "--minibatch-size", "64", "--epochs", "1", "--total-steps", str(32 * 8 * 400), "--checkpoint-every", "7",
+            "--log-every", "3", "--threads", "1", "--no-progress", "--seed", "4"]
+    full = tmp_path / "full"
+    assert cli(*args, "--run-dir", full).returncode == 0
+    cut = tmp_path / "cut"
+    p = subprocess.Popen([sys.executable, "-m", "ctrl_rl", *args, "--run-dir", str(cut)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    ck = cut / "checkpoints" / "latest.pt"
+    for _ in range(1200):
+        if ck.exists() and load_checkpoint(ck)["counters"]["iteration"] >= 14:
+            break
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    killed_at = load_checkpoint(ck)["counters"]["iteration"]
+    assert 14 <= killed_at < 400 and (cut / ".lock").exists()  # killed mid-run: its lock is left behind
+    r = cli("train", "ppo", "--resume", cut, "--total-steps", str(32 * 8 * 400), "--no-progress", "--threads", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    a = load_checkpoint(full / "checkpoints" / "latest.pt")["algo_state"]["ac"]
+    b = load_checkpoint(ck)["algo_state"]["ac"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [[json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()] for d in (full, cut)]
+    assert steps[0] == steps[1]
