@@ -6,6 +6,7 @@ import ctypes
 import math
 import os
 import sys
+import threading
 import time
 
 _DONE = False
@@ -35,24 +36,19 @@ def tune_allocator() -> bool:
 
 
 
-# -- torch threads under contention -------------------------------------------------------------------------
-# Measured with experiments/bench/contention.py on this 2-core machine (AMD EPYC, torch 2.13 with GNU
-# OpenMP); the numbers are in experiments/results/contention.md.
-#
-# torch's CPU ops run their parallel regions on libgomp, whose threads spin-wait about 3 ms (GOMP_SPINCOUNT
-# 300000) at every barrier and between regions before they sleep. libgomp shortens the spin only when its
-# *own* process has more threads than CPUs; it cannot see other processes. Two default PPO runs started
-# together (2 threads each, 4 spinning threads on 2 cores) then take 15-25x their solo time: each small
-# region waits for a partner thread that is descheduled behind the other process's spinners. One busy
-# other process (a test suite) does the same to a single run.
-#
-# No fixed setting is both fast alone and robust: on an idle machine the second thread makes the default
-# PPO run 1.3-1.8x faster, but only thanks to the spinning (OMP_WAIT_POLICY=PASSIVE makes two threads as
-# slow as one, since every region then wakes its worker through the kernel); one thread per process
-# holds up under contention but is that much slower alone. So the thread count follows the machine:
-# ThreadGovernor measures the CPU time other processes used on our CPUs and drops to the threads that fit.
 
-_STAT_BUSY = (0, 1, 2, 5, 6, 7)  # user nice system [idle iowait] irq softirq steal (guest is inside user)
+# -- torch threads under contention -------------------------------------------------------------------------
+# torch's CPU ops run their parallel regions on GNU OpenMP (libgomp; the only OpenMP runtime in the process,
+# MKL included, so KMP_BLOCKTIME does not apply). A libgomp thread that waits -- at a region's barrier or for
+# the next region -- spins GOMP_SPINCOUNT=300000 times (a few ms) before it sleeps; libgomp shortens that
+# only when its own process has more threads than CPUs, it cannot see other processes. Two 2-thread
+# processes on 2 cores, or one next to a busy test suite, then stall: each small region waits for a partner
+# thread that is descheduled behind the other process's spinners. The wait policy is read once, when
+# torch loads libgomp: OMP_WAIT_POLICY / GOMP_SPINCOUNT set in os.environ before `import torch` take effect
+# (and survive torch.set_num_threads), set after it they do nothing -- but no wait policy fixes this (see
+# ThreadGovernor), so none is set here.
+
+_STAT_BUSY = (0, 1, 2, 5, 6, 7)  # /proc/stat: user nice system [idle iowait] irq softirq steal (guest is in user)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -73,6 +69,24 @@ def usable_cores() -> int:
     return n
 
 
+def default_threads(device_type: str, kind: str) -> int:
+    """The most torch intra-op threads a ``--threads 0`` run uses; 0: leave torch's setting (not CPU).
+
+    Measured alone on this 2-core machine (experiments/results/contention.md, train seconds, medians):
+    "onpolicy" (PPO, minibatches of thousands of rows): 2 threads 6.0 s, 1 thread 9.1 s on the default
+    preset at 600k steps -> every usable core, governed by ThreadGovernor. "offpolicy" (SAC, batch 256:
+    7.6 s on 1 thread, 8-9.7 s on 2) and "offline" (IQL, batch 256: 7.2 s on 1, 7.1 s on 2, i.e. no gain)
+    -> 1, where a second thread gains nothing alone and costs 3.4-5.4x when two runs share the machine.
+    """
+    if device_type != "cpu":
+        return 0
+    if kind == "onpolicy":
+        return usable_cores()
+    if kind in ("offpolicy", "offline"):
+        return 1
+    raise ValueError(f"unknown loop kind {kind!r}: expected onpolicy, offpolicy or offline")
+
+
 def _affinity() -> list[int]:
     try:
         return sorted(os.sched_getaffinity(0))
@@ -82,7 +96,7 @@ def _affinity() -> list[int]:
 
 def _cpu_sample() -> tuple[float, dict[int, int], float] | None:
     """(monotonic time, busy clock ticks per CPU since boot from /proc/stat, CPU seconds of this process),
-    or None where /proc/stat is unavailable."""
+    or None where /proc/stat is unavailable (not Linux). About 50 us."""
     t = time.monotonic()
     try:
         with open("/proc/stat") as f:
@@ -106,13 +120,13 @@ def _cpu_sample() -> tuple[float, dict[int, int], float] | None:
     return t, busy, own
 
 
-# Taken when this module is first imported: the CLI imports it before torch, so the first decision of a
-# ThreadGovernor covers the seconds of imports during which two runs started together see each other.
+# Taken when this module is first imported. The CLI should import it before torch: the first decision of a
+# ThreadGovernor then covers the seconds of imports, during which two runs started together see each other.
 _START = _cpu_sample()
 
 
 def other_cores_busy(since, now, cpus: list[int]) -> float:
-    """Cores' worth of CPU time that other processes used on ``cpus`` between two ``_cpu_sample()``s."""
+    """Cores' worth of CPU time other processes used on ``cpus`` between two ``_cpu_sample()`` results."""
     dt = now[0] - since[0]
     if dt <= 0:
         return 0.0
@@ -121,31 +135,47 @@ def other_cores_busy(since, now, cpus: list[int]) -> float:
 
 
 class ThreadGovernor:
-    """Keeps torch's intra-op thread count at what the CPUs left by other processes can hold.
+    """Keeps torch's intra-op thread count at what the CPUs left free by other processes can hold.
 
-    Measured on this 2-core machine (experiments/results/contention.md), default PPO (torch:Pendulum,
-    1024 envs, 600k steps): alone, 2 threads train in ~7.5 s and 1 thread in ~10.3 s; two copies started
-    together take 15-25x their solo time with 2 threads each, 1.0x with 1 thread each (15 s each), and
-    1.0-1.1x under this governor while a copy alone keeps the 2-thread speed.
+    No fixed setting is both fast alone and robust on a shared 2-core machine. Measured with
+    experiments/bench/contention.py (default PPO preset at 600k steps; process wall s, train s in brackets;
+    medians of clean repeats; experiments/results/contention.md):
 
-    Every ``interval`` seconds (checked at ``poll()``, which by default runs before every optimizer step of
-    any torch optimizer, through torch's global step pre-hook) it reads /proc/stat and this process's CPU
-    time, and sets ``torch.set_num_threads(t)`` with t = CPUs of our affinity mask minus the cores other
-    processes used (rounded up beyond ``down_slack``), between 1 and ``max_threads``. It lowers the count at
-    once and raises it only after ``calm_polls`` consecutive polls with the extra core free (``up_slack``),
-    so two governed runs settle at one thread each and the survivor returns to two when the other ends.
-    The first decision, at construction, covers the time since ctrl_rl.core.perf was imported.
+    ====================================  ===========  =======================  ========
+    setting                               alone        two started together     slowdown
+    ====================================  ===========  =======================  ========
+    torch default, 2 threads (before)     11.5 (7.4)   38.6 (34.5) each         3.3x
+    --threads 1                           12.2 (8.4)   12.2 (8.4) each          1.0x
+    GOMP_SPINCOUNT=10000                  10.0 (6.0)   39.2 (33.9) each         2.9x
+    OMP_WAIT_POLICY=PASSIVE               13.0 (8.5)   15.7 (10.8)              1.05x
+    ThreadGovernor                        10.3 (6.6)   12.3 (8.4) each          1.2x
+    ThreadGovernor, 2nd started 4 s late   8.6 (5.1)   11.2 / 11.0              1.3x
+    ====================================  ===========  =======================  ========
 
-    Call it from the thread that runs the training (torch's thread count is per thread). ``close()``
-    removes the hook and restores the thread count found at construction. Without /proc/stat (not Linux)
-    or with ``max_threads`` 1 it sets ``max_threads`` once and does nothing else.
-    Set CTRL_RL_FIXED_THREADS=1 to keep ``max_threads`` fixed.
+    One thread is robust but 1.4x slower alone; a passive wait policy makes two threads as slow as one
+    (every region then wakes its worker through the kernel); a shorter spin barely helps. Next to other
+    people's test suites (1-1.5 busy cores) a default 2-thread run took 55-300 s instead of 10 s, a
+    1-thread run 13-26 s. The governor measures instead of guessing: alone it keeps every thread (no
+    change in any clean solo run), next to another run it drops to one thread, and the survivor returns to
+    two when the other ends. A load-average test at start cannot do this: load1 is a 1-minute average
+    (it read 1.2-3 before solo runs on an idle machine, and near 0 for two runs started together).
+
+    Every ``interval`` s, checked at ``poll()`` -- by default before every optimizer step of any torch
+    optimizer (torch's global step pre-hook), so loops need no call -- it reads /proc/stat and this
+    process's CPU time and sets ``torch.set_num_threads(t)``: t = CPUs of the affinity mask minus the cores
+    other processes used (rounded up beyond ``down_slack``), between 1 and ``max_threads``. It lowers t at
+    once and raises it by one only after ``calm_polls`` polls in a row with a core free (``up_slack``). The
+    first decision, at construction, covers the time since ctrl_rl.core.perf was imported (if that was
+    0.3-60 s ago; else it starts at one thread). Other processes
+    include this run's own subprocesses (gymnasium async envs), which is intended: they need the cores too.
+
+    Create it on the thread that trains (torch's thread count is per thread; polls from other threads are
+    ignored). ``close()`` removes the hook and restores the count found at construction. Without /proc/stat
+    or with CTRL_RL_FIXED_THREADS=1 it sets ``max_threads`` once and never changes it.
     """
 
     def __init__(self, max_threads: int, interval: float = 0.3, down_slack: float = 0.35, up_slack: float = 0.15,
                  calm_polls: int = 2, hook: bool = True):
-        import threading
-
         import torch
 
         self._torch = torch
@@ -158,25 +188,29 @@ class ThreadGovernor:
         self._calm = 0
         self._owner = threading.get_ident()
         self._handle = None
-        now = _cpu_sample()
-        self._enabled = (now is not None and self.max_threads > 1 and _START is not None
-                         and not os.environ.get("CTRL_RL_FIXED_THREADS"))
+        self._last = _cpu_sample()
+        self._measures = (self._last is not None and _START is not None
+                          and not os.environ.get("CTRL_RL_FIXED_THREADS"))
         self.threads = self.max_threads
-        if self._enabled:
-            if now[0] - _START[0] >= interval:
-                self.other_busy = other_cores_busy(_START, now, self.cpus)
+        if self._measures and self.max_threads > 1:
+            if interval <= self._last[0] - _START[0] <= 60.0:  # a longer history says little about now
+                self.other_busy = other_cores_busy(_START, self._last, self.cpus)
                 self.threads = self._fit(self.down_slack)
             else:
-                self.threads = 1  # too short a window to judge: one thread until the first poll says otherwise
-            self._last = now
-            if hook:
-                from torch.optim.optimizer import register_optimizer_step_pre_hook
+                self.threads = 1  # no window to judge: one thread until the polls say otherwise (~0.6 s)
+        if self._measures and hook:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-                self._handle = register_optimizer_step_pre_hook(self._hook)
-        torch.set_num_threads(self.threads)
+            self._handle = register_optimizer_step_pre_hook(self._hook)
+        self._apply()
 
-    def _hook(self, *_) -> None:  # torch's optimizer pre-hooks must return None
+    def _hook(self, *_) -> None:  # torch's optimizer step pre-hooks must return None
         self.poll()
+
+    def _apply(self) -> None:
+        # only on a change: set_num_threads also pins MKL's thread count, which torch's default leaves dynamic
+        if self._torch.get_num_threads() != self.threads:
+            self._torch.set_num_threads(self.threads)
 
     def _fit(self, slack: float) -> int:
         """Threads that fit on our CPUs next to ``other_busy`` cores of other processes."""
@@ -184,12 +218,9 @@ class ThreadGovernor:
         return max(1, min(self.max_threads, len(self.cpus) - taken))
 
     def poll(self) -> int:
-        """Re-decide if ``interval`` has passed since the last decision; returns the current thread count."""
-        if not self._enabled or time.monotonic() - self._last[0] < self.interval:
-            return self.threads
-        import threading
-
-        if threading.get_ident() != self._owner:
+        """Re-decide if ``interval`` s have passed since the last decision; returns the thread count."""
+        if (self.max_threads == 1 or not self._measures or time.monotonic() - self._last[0] < self.interval
+                or threading.get_ident() != self._owner):
             return self.threads
         now = _cpu_sample()
         self.other_busy = other_cores_busy(self._last, now, self.cpus)
@@ -205,51 +236,22 @@ class ThreadGovernor:
             self._calm = 0
         if want != self.threads:
             self.threads, self.changes = want, self.changes + 1
-        if self._torch.get_num_threads() != self.threads:  # also undoes a loop's own setting
-            self._torch.set_num_threads(self.threads)
+        self._apply()  # also undoes a count a loop set in between
+        return self.threads
+
+    def cap(self, max_threads: int) -> int:
+        """Change the most threads the governor may use (e.g. 1 once a loop knows its envs step in their own
+        threads, as envpool's do on <= 2 cores); lowering applies at once, raising at the next calm polls."""
+        self.max_threads = max(1, int(max_threads))
+        if self.threads > self.max_threads:
+            self.threads = self.max_threads
+            self._apply()
         return self.threads
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        self._enabled = False
-        self._torch.set_num_threads(self.threads_on_entry)
-
-
-def default_threads(device_type: str, kind: str) -> int:
-    """Most torch intra-op threads a run uses for ``--threads 0``; 0 keeps torch's default (non-CPU devices).
-
-    ``kind``: "onpolicy" (PPO: updates on minibatches of thousands of rows, where a second thread pays:
-    1.3-1.8x faster alone on 2 cores) -> every usable core (the cgroup quota respected), to be governed
-    by ThreadGovernor; "offpolicy" or "offline" (batch-256 updates of ~10^2 small ops) -> 1, as before.
-    """
-    if device_type != "cpu":
-        return 0
-    if kind == "onpolicy":
-        return usable_cores()
-    if kind in ("offpolicy", "offline"):
-        return 1
-    raise ValueError(f"unknown loop kind {kind!r}: expected onpolicy, offpolicy or offline")
-
-
-def openmp_loaded() -> bool:
-    """Whether an OpenMP runtime (libgomp, libiomp, libomp) is already mapped into this process: from then
-    on its environment variables are read and changing them has no effect."""
-    try:
-        with open("/proc/self/maps") as f:
-            return any(("libgomp" in ln or "libiomp" in ln or "libomp" in ln) for ln in f)
-    except OSError:
-        return "torch" in sys.modules
-
-
-def configure_openmp_spin(spincount: int = 10_000) -> bool:
-    """Shorten libgomp's busy-wait before a waiting OpenMP thread sleeps: GOMP_SPINCOUNT (default 300000,
-    about 3 ms), set in os.environ before torch is imported (libgomp reads it once, when torch loads it;
-    torch.set_num_threads later keeps it). Skipped when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT, or
-    when an OpenMP runtime is already loaded. Returns True when set.
-    """
-    if openmp_loaded() or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        return False
-    os.environ["GOMP_SPINCOUNT"] = str(int(spincount))
-    return True
+        self._measures = False
+        if self._torch.get_num_threads() != self.threads_on_entry:
+            self._torch.set_num_threads(self.threads_on_entry)

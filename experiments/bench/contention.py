@@ -1,17 +1,25 @@
 """Threads under contention: one `ctrl-rl train` run alone, then two copies started together (issue 11 §6).
 
-Two default PPO runs side by side on a 2-core machine each took 15x their solo time with torch's default
-two OpenMP threads per process: at the end of every small parallel region the thread that got the core
-spin-waits at the barrier for its partner, which is descheduled because the other process's threads spin
-on the other core. This script measures, per *setting* (CLI flags and/or environment variables of the
+Two default PPO runs side by side on a 2-core machine each took many times their solo time with torch's
+default two OpenMP threads per process (the issue saw 15x; 3-4x here on an otherwise idle machine, far
+more next to other people's tests): at the end of every small parallel region the thread that got the
+core spin-waits at the barrier for its partner, which is descheduled because the other process's threads
+spin on the other core. This script measures, per *setting* (CLI flags and/or environment variables of the
 child processes), the solo wall time and the wall time of each of two concurrent copies, repeated R times
 with the settings' order rotated between repeats, and reports medians of the per-repeat slowdown
 (slower copy / solo of the same repeat).
 
-    python experiments/bench/contention.py                                  # PPO default preset, all PPO settings
+    python experiments/bench/contention.py                      # PPO default preset at 600k steps, PPO settings
     python experiments/bench/contention.py --workload ppo sac offline --repeats 3
-    python experiments/bench/contention.py --workload ppo --settings default threads1 --total-steps 1000000
-    python experiments/bench/contention.py --setting "mine:OMP_WAIT_POLICY=PASSIVE --threads 2"
+    python experiments/bench/contention.py --settings default governor --stagger 4   # 2nd copy 4 s after the 1st
+    python experiments/bench/contention.py --settings default threads1 governor --solo-only --repeats 5
+    python experiments/bench/contention.py --setting "mine:OMP_WAIT_POLICY=PASSIVE --threads 2" --append
+
+Settings are named in SETTINGS (default, threads1, threads2, omp_passive, spin10k, mixed, governor, ...);
+"governor" starts the run through a launcher that applies ctrl_rl.core.perf.ThreadGovernor as the run
+runtime should. Results go to experiments/results/<--out>.{json,md} (default contention); --append adds
+this invocation's run to those already there. Before each measurement the script waits (up to
+--quiet-wait s) until other processes use fewer than --quiet-below cores, and marks each repeat clean or not.
 
 Per process it records the wall time from process start to exit (interpreter start-up and imports
 included), the training time printed in the run's final JSON line ("wall_time_s"), its CPU time (user +
@@ -35,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, write_result  # noqa: E402
+from common import RESULTS, ROOT, write_result  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
 QUIET = {"max_wait": 0.0, "threshold": 0.3}  # set from --quiet-wait / --quiet-below
@@ -44,7 +52,7 @@ CLEAN_FOREIGN = 0.25  # a repeat is "clean" when other processes used at most th
 # The workloads: the flags after `python -m ctrl_rl train`; {steps} and {dataset} are filled in.
 WORKLOADS = {
     # the embedded default (PPO, torch:Pendulum, 1024 envs), with a reduced budget
-    "ppo": ("ppo --total-steps {steps}", 1_000_000),
+    "ppo": ("ppo --total-steps {steps}", 600_000),
     # off-policy: SAC with small networks on one env (the loop already runs it on one thread by default)
     "sac": ("sac --env torch:Pendulum --total-steps {steps} --learning-starts 500 --actor-hidden 64 64 "
             "--critic-hidden 64 64", 3000),
@@ -55,34 +63,50 @@ WORKLOADS = {
 }
 
 # A launcher that applies ctrl_rl.core.perf's policy the way the run runtime should, without editing the
-# loops: perf imported before torch (its CPU-time baseline, and GOMP_SPINCOUNT when BENCH_SPIN is set), then
-# a ThreadGovernor with default_threads() (or BENCH_MAX_THREADS) as its maximum, created right after the
-# loop's setup_device when --threads is 0. It polls before every optimizer step (torch's global hook).
+# loops: perf imported before torch (its CPU-time baseline is the governor's first window), then a
+# ThreadGovernor with default_threads() (or BENCH_MAX_THREADS) as its maximum, created when a loop sets up
+# its device with --threads 0 and closed with the loop; it polls before every optimizer step (torch's global
+# hook). Loops with a RunContext (issue 11) get it in RunContext.__init__/close; older loops right after
+# their setup_device call.
 GOVERNOR_LAUNCHER = """
 import atexit, json, os, sys
 from ctrl_rl.core import perf
-if os.environ.get("BENCH_SPIN"):
-    perf.configure_openmp_spin(int(os.environ["BENCH_SPIN"]))
-from ctrl_rl.cli import main, OFF_POLICY, OFFLINE
-import ctrl_rl.learn.onpolicy as on, ctrl_rl.learn.offpolicy as off, ctrl_rl.learn.offline as offl
-argv = sys.argv[1:]
-kind = "offpolicy" if argv[1] in OFF_POLICY else "offline" if argv[1] in OFFLINE else "onpolicy"
+from ctrl_rl.cli import main
+import ctrl_rl.learn.runtime as rt
 govs = []
-def wrap(mod):
-    orig = mod.setup_device
-    def setup_device(name, threads):
-        dev = orig(name, threads)
-        if threads == 0:
-            mx = int(os.environ.get("BENCH_MAX_THREADS", 0)) or perf.default_threads(dev.type, kind)
-            if mx:
-                govs.append(perf.ThreadGovernor(mx))
-        return dev
-    mod.setup_device = setup_device
-for m in (on, off, offl):
-    wrap(m)
+def governor(kind):
+    mx = int(os.environ.get("BENCH_MAX_THREADS", 0)) or perf.default_threads("cpu", kind)
+    govs.append(perf.ThreadGovernor(mx))
+    return govs[-1]
+if hasattr(rt, "RunContext"):
+    init, close = rt.RunContext.__init__, rt.RunContext.close
+    def __init__(self, *a, single_thread=False, **k):
+        init(self, *a, single_thread=single_thread, **k)
+        cpu0 = self.run.threads == 0 and self.device.type == "cpu"
+        self.governor = governor("offpolicy" if single_thread else "onpolicy") if cpu0 else None
+    def close_(self):
+        if getattr(self, "governor", None) is not None:
+            self.governor.close()
+        close(self)
+    rt.RunContext.__init__, rt.RunContext.close = __init__, close_
+else:
+    from ctrl_rl.cli import OFF_POLICY, OFFLINE
+    import ctrl_rl.learn.onpolicy as on, ctrl_rl.learn.offpolicy as off, ctrl_rl.learn.offline as offl
+    algo = sys.argv[2]
+    kind = "offpolicy" if algo in OFF_POLICY else "offline" if algo in OFFLINE else "onpolicy"
+    def wrap(mod):
+        orig = mod.setup_device
+        def setup_device(name, threads):
+            dev = orig(name, threads)
+            if threads == 0 and dev.type == "cpu":
+                governor(kind)
+            return dev
+        mod.setup_device = setup_device
+    for m in (on, off, offl):
+        wrap(m)
 atexit.register(lambda: print("GOVERNOR " + json.dumps([{"max": g.max_threads, "final": g.threads, "changes": g.changes,
                                                          "other_busy": g.other_busy} for g in govs])))
-raise SystemExit(main(argv))
+raise SystemExit(main(sys.argv[1:]))
 """
 
 
@@ -120,8 +144,8 @@ SETTINGS = {
     "governor": Setting("governor", launcher=True,
                         note="ctrl_rl.core.perf.ThreadGovernor(default_threads()) created after setup_device, polled "
                              "before every optimizer step"),
-    "governor_spin10k": Setting("governor_spin10k", env={"BENCH_SPIN": "10000"}, launcher=True,
-                                note="governor + perf.configure_openmp_spin(10000) before torch"),
+    "governor_spin10k": Setting("governor_spin10k", env={"GOMP_SPINCOUNT": "10000"}, launcher=True,
+                                note="governor + GOMP_SPINCOUNT=10000"),
     "governor_t2": Setting("governor_t2", env={"BENCH_MAX_THREADS": "2"}, launcher=True,
                            note="ThreadGovernor(max_threads=2) for a loop that defaults to one thread"),
     "mixed_governor": Setting("mixed_governor", launcher=True, flags_b=("--threads", "2"),
@@ -193,11 +217,18 @@ def launch(cmd: list[str], env_extra: dict, out_path: Path) -> Proc:
     return Proc(p, out_path, t0, load)
 
 
-def wait_all(procs: list[Proc], timeout: float) -> None:
-    """Reap each process as it exits (wall time and CPU time from wait4); kill what exceeds ``timeout``."""
-    pending = {p.popen.pid: p for p in procs}
-    deadline = time.perf_counter() + timeout
-    while pending:
+def run_group(starts: list[tuple[float, object]], timeout: float) -> list[Proc]:
+    """Launch each ``(delay_s, launch_fn)`` at its delay, reap each process as it exits (wall time and CPU
+    time from wait4) and kill what is still running ``timeout`` s after the first launch."""
+    t0 = time.perf_counter()
+    procs: list[Proc | None] = [None] * len(starts)
+    pending: dict[int, Proc] = {}
+    while True:
+        now = time.perf_counter() - t0
+        for i, (delay, fn) in enumerate(starts):
+            if procs[i] is None and now >= delay:
+                procs[i] = fn()
+                pending[procs[i].popen.pid] = procs[i]
         for pid, p in list(pending.items()):
             got, status, ru = os.wait4(pid, os.WNOHANG)
             if got == pid:
@@ -206,11 +237,12 @@ def wait_all(procs: list[Proc], timeout: float) -> None:
                 p.rc = os.waitstatus_to_exitcode(status)
                 p.popen.returncode = p.rc
                 del pending[pid]
-        if pending and time.perf_counter() > deadline:
+        if not pending and all(p is not None for p in procs):
+            return procs
+        if pending and now > timeout:
             for pid, p in pending.items():
                 p.timed_out = True
                 os.killpg(pid, signal.SIGKILL)  # the process group of a child we started (start_new_session)
-            continue
         time.sleep(0.02)
 
 
@@ -228,16 +260,17 @@ def train_wall(out_path: Path) -> float | None:
     return None
 
 
-def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, tag: str) -> dict:
-    """Start ``copies`` processes together; per process: wall, train wall, CPU seconds, load at launch."""
+def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, tag: str, stagger: float = 0.0) -> dict:
+    """Start ``copies`` processes together (or each ``stagger`` s after the previous); per process: wall, train
+    wall, CPU seconds, load at launch."""
     quiet = wait_quiet(QUIET["max_wait"], QUIET["threshold"]) if QUIET["max_wait"] > 0 else None
     busy0, t0 = cpu_busy_s(), time.perf_counter()
-    procs = []
+    starts = []
     for i in range(copies):
         flags, env = setting.copy(i)
-        run_dir = tmp / f"{tag}-{i}"
-        procs.append(launch(cmd_for(run_dir, flags, setting.launcher), env, tmp / f"{tag}-{i}.log"))
-    wait_all(procs, timeout)
+        cmd = cmd_for(tmp / f"{tag}-{i}", flags, setting.launcher)
+        starts.append((i * stagger, lambda cmd=cmd, env=env, i=i: launch(cmd, env, tmp / f"{tag}-{i}.log")))
+    procs = run_group(starts, timeout)
     elapsed = time.perf_counter() - t0
     foreign = max(0.0, (cpu_busy_s() - busy0) - sum(p.cpu_s or 0.0 for p in procs)) / elapsed
     rows = []
@@ -314,23 +347,31 @@ def _summary(reps: list[dict]) -> dict:
     }
 
 
-def markdown(payload: dict) -> str:
-    m = payload["machine"]
+def markdown(runs: list[dict]) -> str:
     lines = ["# Threads under contention: one run alone vs two copies started together",
              "",
-             f"`python experiments/bench/contention.py {' '.join(payload['argv'])}` — {m['cores']} cores ({m['cpu']}), "
-             f"torch {m['torch']} ({m['parallel_backend']}, libgomp), {payload['repeats']} repeats, settings in rotated order. "
-             f"Load average at start: {m['load_at_start']}; at end: {m['load_at_end']}.",
-             "",
-             "Wall time is process start to exit (imports included); *train* is the run's own `wall_time_s`. "
-             "Slowdown = slower copy of the pair / solo run of the same repeat, median over repeats (all repeats in "
-             "brackets). CPU = user+sys seconds of one process (spin-waiting inflates it). Foreign = cores used by "
-             "other processes during the measurements (median). Medians are over the *clean* repeats (other "
-             f"processes used <= {CLEAN_FOREIGN} cores during both the solo and the pair measurement) when there "
-             "are any, else over all; every repeat is in the JSON.",
+             "Written by `experiments/bench/contention.py` (each invocation below is one run of it; `--append` adds "
+             "one). Wall time is process start to exit (imports, plot included); *train* is the run's own "
+             "`wall_time_s`. Slowdown = slower copy of the pair / solo run of the same repeat, median over repeats "
+             "(all repeats in brackets). CPU = user+sys seconds of one process (spin-waiting inflates it). Foreign = "
+             "cores used by other processes during the measurements (median; other people's tests share the "
+             "machine). Medians are over the *clean* repeats (other processes used <= "
+             f"{CLEAN_FOREIGN} cores during both the solo and the pair measurement) when there are any, else over "
+             "all; every repeat is in the JSON.",
              ""]
+    for payload in runs:
+        lines += markdown_run(payload)
+    return "\n".join(lines) + "\n"
+
+
+def markdown_run(payload: dict) -> list[str]:
+    m = payload["machine"]
+    lines = [f"## `contention.py {' '.join(payload['argv'])}`", "",
+             f"{payload.get('started', '')} — {m['cores']} cores ({m['cpu']}), torch {m['torch']} "
+             f"({m['parallel_backend']}, libgomp), {payload['repeats']} repeats, settings in rotated order. "
+             f"Load average at start: {m['load_at_start']}; at end: {m.get('load_at_end')}.", ""]
     for wl, res in payload["workloads"].items():
-        lines += [f"## {wl}: `{res['command']}`", "",
+        lines += [f"### {wl}: `{res['command']}`", "",
                   "| setting | solo s (train s) | concurrent s, each copy (train s) | slowdown [repeats] | train-time slowdown "
                   "| CPU s solo / concurrent | load1 before | foreign |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -351,7 +392,7 @@ def markdown(payload: dict) -> str:
                          f"{s['slowdown_all']} | {s['slowdown_train']}x | {s['solo_cpu_s']} / "
                          f"{' / '.join(str(c) for c in s['pair_cpu_s'])} | {s['load1_before']} | {s['foreign_load']} |")
         lines += [""] + [f"- **{n}**: {r['note']}" for n, r in res["settings"].items()] + [""]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:
@@ -366,6 +407,9 @@ def main() -> None:
     ap.add_argument("--out", default="contention", help="experiments/results/<out>.{json,md}")
     ap.add_argument("--quiet-wait", type=float, default=60.0,
                     help="before each measurement wait up to this many s for other processes to go quiet (0: don't)")
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="start the second copy this many s after the first (a run started next to a running one)")
+    ap.add_argument("--append", action="store_true", help="add this invocation to the runs already in <out>.json")
     ap.add_argument("--solo-only", action="store_true", help="only the solo runs (an A/B of the settings' solo speed)")
     ap.add_argument("--quiet-below", type=float, default=0.3, help="'quiet': other processes use fewer cores than this")
     args = ap.parse_args()
@@ -379,7 +423,11 @@ def main() -> None:
     machine = {"cores": os.cpu_count(), "cpu": cpu,
                "torch": torch.__version__, "parallel_backend": torch.__config__.parallel_info().split("ATen parallel backend: ")[1].split("\n")[0],
                "load_at_start": open("/proc/loadavg").read().strip()}
-    payload = {"argv": sys.argv[1:], "repeats": args.repeats, "machine": machine, "quiet_gate": dict(QUIET),
+    previous = []
+    dest = RESULTS / f"{args.out}.json"
+    if args.append and dest.exists():
+        previous = json.loads(dest.read_text()).get("runs", [])
+    payload = {"argv": sys.argv[1:], "started": time.strftime("%Y-%m-%d %H:%M"), "repeats": args.repeats, "machine": machine, "quiet_gate": dict(QUIET),
                "clean_foreign_load": CLEAN_FOREIGN, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="contention-") as d:
         tmp = Path(d)
@@ -407,7 +455,8 @@ def main() -> None:
                 for s in settings[k:] + settings[:k]:  # rotated: no setting always runs first or after the same one
                     tag = f"{wl}-{s.name}-r{rep}"
                     solo = measure(cmd_for, s, 1, args.timeout, tmp, tag + "-solo")
-                    pair = None if args.solo_only else measure(cmd_for, s, 2, args.timeout, tmp, tag + "-pair")
+                    pair = None if args.solo_only else measure(cmd_for, s, 2, args.timeout, tmp, tag + "-pair",
+                                                                  args.stagger)
                     res["settings"][s.name]["repeats"].append({"solo": solo, "pair": pair})
                     sp = solo["procs"][0]
                     if pair is None:
@@ -425,8 +474,9 @@ def main() -> None:
             for name, r in res["settings"].items():
                 r["summary"] = summarize(r["repeats"])
             machine["load_at_end"] = open("/proc/loadavg").read().strip()
-            write_result(args.out, payload, markdown(payload))  # after each workload: partial results survive
-    print(markdown(payload))
+            runs = previous + [payload]
+            write_result(args.out, {"runs": runs}, markdown(runs))  # after each workload: partial results survive
+    print("\n".join(markdown_run(payload)))
 
 
 if __name__ == "__main__":
