@@ -35,8 +35,6 @@ def tune_allocator() -> bool:
     return ok
 
 
-
-
 # -- torch threads under contention -------------------------------------------------------------------------
 # torch's CPU ops run their parallel regions on GNU OpenMP (libgomp; the only OpenMP runtime in the process,
 # MKL included, so KMP_BLOCKTIME does not apply). A libgomp thread that waits -- at a region's barrier or for
@@ -138,27 +136,30 @@ class ThreadGovernor:
     """Keeps torch's intra-op thread count at what the CPUs left free by other processes can hold.
 
     No fixed setting is both fast alone and robust on a shared 2-core machine. Measured with
-    experiments/bench/contention.py (default PPO preset at 600k steps; process wall s, train s in brackets;
-    medians of clean repeats; experiments/results/contention.md):
+    experiments/bench/contention.py (default PPO preset at 600k steps; process wall s, training s in
+    brackets; medians of clean repeats of one invocation; experiments/results/contention.md):
 
-    ====================================  ===========  =======================  ========
-    setting                               alone        two started together     slowdown
-    ====================================  ===========  =======================  ========
-    torch default, 2 threads (before)     11.5 (7.4)   38.6 (34.5) each         3.3x
-    --threads 1                           12.2 (8.4)   12.2 (8.4) each          1.0x
-    GOMP_SPINCOUNT=10000                  10.0 (6.0)   39.2 (33.9) each         2.9x
-    OMP_WAIT_POLICY=PASSIVE               13.0 (8.5)   15.7 (10.8)              1.05x
-    ThreadGovernor                        10.3 (6.6)   12.3 (8.4) each          1.2x
-    ThreadGovernor, 2nd started 4 s late   8.6 (5.1)   11.2 / 11.0              1.3x
-    ====================================  ===========  =======================  ========
+    =============================  ===========  ==============================  ========
+    setting                        alone        two started together, each      slowdown
+    =============================  ===========  ==============================  ========
+    torch default, 2 threads       9.2 (5.5)    40.2 / 41.2 (36.0 / 37.0)       4.5x
+    --threads 1                    13.5 (9.3)   13.2 / 13.1 (9.2 / 8.9)         1.0x
+    OMP_WAIT_POLICY=PASSIVE        12.5 (8.3)   13.6 / 13.5 (9.5 / 9.3)         1.1x
+    GOMP_SPINCOUNT=10000           10.4 (6.3)   33.0 / 32.9 (29.0 / 28.8)       3.2x
+    ThreadGovernor                 10.8 (6.5)   12.2 / 12.9 (8.3 / 8.7)         1.3x
+    ThreadGovernor, 2nd 4 s later  9.7 (5.8)    11.5 / 11.8 (7.8 / 8.2)         1.25x
+    =============================  ===========  ==============================  ========
 
-    One thread is robust but 1.4x slower alone; a passive wait policy makes two threads as slow as one
-    (every region then wakes its worker through the kernel); a shorter spin barely helps. Next to other
-    people's test suites (1-1.5 busy cores) a default 2-thread run took 55-300 s instead of 10 s, a
-    1-thread run 13-26 s. The governor measures instead of guessing: alone it keeps every thread (no
-    change in any clean solo run), next to another run it drops to one thread, and the survivor returns to
-    two when the other ends. A load-average test at start cannot do this: load1 is a 1-minute average
-    (it read 1.2-3 before solo runs on an idle machine, and near 0 for two runs started together).
+    The preset as shipped (3M steps): default 28 s alone, 136-138 s each in a pair; governed 31.8 s alone
+    against 31.7 s for the default (4 interleaved repeats), 42.7 / 43.1 s each in a pair, where two
+    one-thread runs take 44 s each -- the floor, as two runs on two cores get one core each. One thread
+    is robust but 1.4-1.6x slower alone; a passive wait policy makes two threads as slow as one (every
+    region then wakes its worker through the kernel); a shorter spin barely helps. Next to a busy test
+    suite a default run took 55-300 s instead of 10 s. The governor measures instead of guessing: alone
+    it keeps every thread (no change in any clean solo run), next to another run it drops to one thread,
+    and the survivor returns to two when the other ends. A load-average test at start cannot do this:
+    load1 is a 1-minute average (1.2-3 before solo runs on an idle machine, ~0 for a run started at the
+    same moment).
 
     Every ``interval`` s, checked at ``poll()`` -- by default before every optimizer step of any torch
     optimizer (torch's global step pre-hook), so loops need no call -- it reads /proc/stat and this
@@ -166,7 +167,7 @@ class ThreadGovernor:
     other processes used (rounded up beyond ``down_slack``), between 1 and ``max_threads``. It lowers t at
     once and raises it by one only after ``calm_polls`` polls in a row with a core free (``up_slack``). The
     first decision, at construction, covers the time since ctrl_rl.core.perf was imported (if that was
-    0.3-60 s ago; else it starts at one thread). Other processes
+    0.3-60 s ago; else it starts at one thread). A poll costs ~0.5 us, a decision ~50 us. Other processes
     include this run's own subprocesses (gymnasium async envs), which is intended: they need the cores too.
 
     Create it on the thread that trains (torch's thread count is per thread; polls from other threads are

@@ -279,7 +279,8 @@ def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, t
             tail = p.out_path.read_text()[-2000:]
             raise RuntimeError(f"run failed (exit {p.rc}): {' '.join(p.popen.args)}\n{tail}")
         rows.append({"wall_s": round(p.wall_s, 2), "train_s": train_wall(p.out_path), "cpu_s": round(p.cpu_s, 2),
-                     "timed_out": p.timed_out, "governor": governor_info(p.out_path), **{f"{k}_at_start": v for k, v in p.load_at_start.items()}})
+                     "timed_out": p.timed_out, "governor": governor_info(p.out_path),
+                     **{f"{k}_at_start": v for k, v in p.load_at_start.items()}})
     return {"procs": rows, "foreign_load": round(foreign, 2), "quiet_gate": quiet}
 
 
@@ -347,7 +348,7 @@ def _summary(reps: list[dict]) -> dict:
     }
 
 
-def markdown(runs: list[dict]) -> str:
+def markdown(runs: list[dict], reading: str | None = None) -> str:
     lines = ["# Threads under contention: one run alone vs two copies started together",
              "",
              "Written by `experiments/bench/contention.py` (each invocation below is one run of it; `--append` adds "
@@ -359,6 +360,8 @@ def markdown(runs: list[dict]) -> str:
              f"{CLEAN_FOREIGN} cores during both the solo and the pair measurement) when there are any, else over "
              "all; every repeat is in the JSON.",
              ""]
+    if reading:  # the hand-written reading kept in the JSON ("reading"), rendered above the tables
+        lines += [reading.rstrip(), ""]
     for payload in runs:
         lines += markdown_run(payload)
     return "\n".join(lines) + "\n"
@@ -370,6 +373,8 @@ def markdown_run(payload: dict) -> list[str]:
              f"{payload.get('started', '')} — {m['cores']} cores ({m['cpu']}), torch {m['torch']} "
              f"({m['parallel_backend']}, libgomp), {payload['repeats']} repeats, settings in rotated order. "
              f"Load average at start: {m['load_at_start']}; at end: {m.get('load_at_end')}.", ""]
+    if payload.get("note"):
+        lines += [payload["note"], ""]
     for wl, res in payload["workloads"].items():
         lines += [f"### {wl}: `{res['command']}`", "",
                   "| setting | solo s (train s) | concurrent s, each copy (train s) | slowdown [repeats] | train-time slowdown "
@@ -377,11 +382,13 @@ def markdown_run(payload: dict) -> list[str]:
                   "|---|---|---|---|---|---|---|---|"]
         solo_only = any("pair_wall_s" not in (r["summary"]["all"] or {}) for r in res["settings"].values())
         if solo_only:
-            lines[-2:] = ["| setting | solo s, median (all repeats) | solo train s, median (all repeats) | CPU s | load1 before | foreign |",
+            lines[-2:] = ["| setting | solo s, median (all repeats) | solo train s, median (all repeats) | CPU s "
+                          "| load1 before | foreign |",
                           "|---|---|---|---|---|---|"]
         for name, r in res["settings"].items():
             s = r["summary"]["clean"] or r["summary"]["all"]
-            which = f"{r['summary']['n_clean']}/{r['summary']['n']} clean" if r["summary"]["clean"] else f"all {r['summary']['n']}, none clean"
+            n, n_clean = r["summary"]["n"], r["summary"]["n_clean"]
+            which = f"{n_clean}/{n} clean" if r["summary"]["clean"] else f"all {n}, none clean"
             if solo_only:
                 lines.append(f"| {name} ({which}) | {s['solo_wall_s']} {s['solo_wall_all']} | **{s['solo_train_s']}** "
                              f"{s['solo_train_all']} | {s['solo_cpu_s']} | {s['load1_before']} | {s['foreign_load']} |")
@@ -421,13 +428,16 @@ def main() -> None:
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.machine())
     machine = {"cores": os.cpu_count(), "cpu": cpu,
-               "torch": torch.__version__, "parallel_backend": torch.__config__.parallel_info().split("ATen parallel backend: ")[1].split("\n")[0],
+               "torch": torch.__version__,
+               "parallel_backend": torch.__config__.parallel_info().split("ATen parallel backend: ")[1].split("\n")[0],
                "load_at_start": open("/proc/loadavg").read().strip()}
-    previous = []
+    previous, reading = [], None
     dest = RESULTS / f"{args.out}.json"
     if args.append and dest.exists():
-        previous = json.loads(dest.read_text()).get("runs", [])
-    payload = {"argv": sys.argv[1:], "started": time.strftime("%Y-%m-%d %H:%M"), "repeats": args.repeats, "machine": machine, "quiet_gate": dict(QUIET),
+        old = json.loads(dest.read_text())
+        previous, reading = old.get("runs", []), old.get("reading")
+    payload = {"argv": sys.argv[1:], "started": time.strftime("%Y-%m-%d %H:%M"), "repeats": args.repeats,
+               "machine": machine, "quiet_gate": dict(QUIET),
                "clean_foreign_load": CLEAN_FOREIGN, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="contention-") as d:
         tmp = Path(d)
@@ -475,7 +485,8 @@ def main() -> None:
                 r["summary"] = summarize(r["repeats"])
             machine["load_at_end"] = open("/proc/loadavg").read().strip()
             runs = previous + [payload]
-            write_result(args.out, {"runs": runs}, markdown(runs))  # after each workload: partial results survive
+            out = {"reading": reading, "runs": runs} if reading else {"runs": runs}
+            write_result(args.out, out, markdown(runs, reading))  # after each workload: partial results survive
     print("\n".join(markdown_run(payload)))
 
 
