@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Generic, TypeVar
 
+import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first window covers the imports)
 import tyro
 
 from ctrl_rl.config import RunConfig

@@ -154,7 +154,9 @@ class RunConfig:
     progress: bool = True
     """Show a progress bar (a plain line every so often when the output is not a terminal)."""
     threads: int = 0
-    """torch intra-op threads (0: auto, see ctrl_rl.learn.runtime)."""
+    """torch intra-op threads. 0 (auto): on CPU, PPO uses every core while it has them to itself and one
+    thread while other processes compete (adapted every 0.3 s); off-policy and offline loops use one. A fixed
+    count makes reruns and resumes bit-identical: the count changes float rounding."""
     dataset: str | None = None
     """Offline data: a D4RL or ctrl_rl .hdf5 file, a generated dataset id (hopper-medium-v5) or a Minari id
     (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches)."""

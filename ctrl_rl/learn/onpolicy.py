@@ -166,17 +166,14 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
     # envpool steps in its own C++ threads: one torch thread while collecting leaves it the cores
     # (measured on 2 cores: HalfCheetah-v5 with 64 envs, 1.2-1.3x end-to-end; experiments/bench/)
     envpool_cpu = env.spec.backend == "envpool" and device.type == "cpu"
-    update_threads = torch.get_num_threads()
-    if envpool_cpu and run.threads == 0 and update_threads <= 2:
+    if envpool_cpu and run.threads == 0 and torch.get_num_threads() <= 2:
         # On a 2-core machine the update of these small networks also runs on one thread unless
         # --threads says otherwise. A second OpenMP thread saved ~15% of the update on an idle
-        # machine (HalfCheetah preset: 33 vs 39 ms), but when other processes compete for the cores,
-        # each of the update's ~10^3 small parallel regions waits at its barrier for a descheduled
-        # worker: updates then took 0.3-3.9 s instead of ~40 ms, 10-100x slower, end to end 2k instead
-        # of 20k steps/s. One thread degrades only in proportion to the competition.
-        update_threads = 1
-        torch.set_num_threads(1)
-    collect_threads = loop.collect_threads or (1 if envpool_cpu else update_threads)
+        # machine (HalfCheetah preset: 33 vs 39 ms), but envpool's own worker threads compete with it:
+        # each of the update's ~10^3 small parallel regions then waits at its barrier for a descheduled
+        # worker (updates took 0.3-3.9 s instead of ~40 ms, end to end 2k instead of 20k steps/s).
+        ctx.cap_threads(1)
+    collect_threads = loop.collect_threads or (1 if envpool_cpu else 0)  # 0: the update's count
     T = algo.rollout_steps
     steps_per_iter = T * run.num_envs
     iterations = math.ceil(run.total_steps / steps_per_iter)
@@ -221,11 +218,13 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
         if max_iterations is not None and done_iters >= max_iterations:
             break
         algo.schedule(it / iterations)
-        if collect_threads != update_threads:
+        update_threads = torch.get_num_threads()  # the governor's or --threads' count
+        if collect_threads and collect_threads != update_threads:
             torch.set_num_threads(collect_threads)
-        obs = env.collect(algo, storage, obs)  # [N,O]
-        if collect_threads != update_threads:
+            obs = env.collect(algo, storage, obs)  # [N,O]
             torch.set_num_threads(update_threads)
+        else:
+            obs = env.collect(algo, storage, obs)  # [N,O]
         info = ctx.floats(algo.update(storage.rollout(), sync=False))
         it += 1
         done_iters += 1

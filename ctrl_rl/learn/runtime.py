@@ -29,7 +29,7 @@ import torch
 
 from ctrl_rl.config import RunConfig, save_config, to_dict
 from ctrl_rl.core.obs import obs_nbytes
-from ctrl_rl.core.perf import tune_allocator
+from ctrl_rl.core.perf import ThreadGovernor, default_threads, tune_allocator
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.envs.registry import make_env
 from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
@@ -140,10 +140,15 @@ def floats(info: dict) -> dict[str, float]:
 class RunContext:
     """The shared run context of one training loop call (see the module docstring).
 
-    ``threads``: the loop's single-thread default applies when ``run.threads`` is 0 and ``single_thread`` is
-    True on CPU: off-policy and offline updates are ~10^2 small ops on batch-256 tensors; a second OpenMP
-    thread gains little on an idle 2-core machine, and when other processes compete every op's barrier waits
-    for a descheduled worker (measured: 4.5 instead of 94 SAC updates/s).
+    ``threads`` (``run.threads`` 0 on CPU): on-policy loops (``single_thread`` False; PPO's minibatches of
+    thousands of rows gain ~1.5x from a second core) run under a ``core.perf.ThreadGovernor``: every core
+    alone, one thread while other processes use the cores, so two runs started side by side on 2 cores each
+    take ~1.3x their solo time instead of 3-5x (experiments/results/contention.md). Off-policy and offline
+    loops (``single_thread`` True) use one thread: their ~10^2 small ops per update on batch-256 tensors gain
+    nothing from a second thread alone, and when other processes compete every op's barrier waits for a
+    descheduled worker (measured: 4.5 instead of 94 SAC updates/s). The thread count changes float rounding,
+    so bit-identical reruns and resumes need a fixed ``--threads N``; an adaptive run is reproducible only as
+    long as its thread count is (it stays at every core on an otherwise idle machine).
     """
 
     def __init__(self, algo_name: str, run: RunConfig, cfg: Any, run_dir: Path, resume: bool,
@@ -154,8 +159,13 @@ class RunContext:
         self.ck_dir = self.run_dir / "checkpoints"
         self.threads_on_entry = torch.get_num_threads()  # restored on exit: thread settings are process-wide
         self.device = setup_device(run.device, run.threads)
-        if single_thread and run.threads == 0 and self.device.type == "cpu":
-            torch.set_num_threads(1)
+        self.governor: ThreadGovernor | None = None
+        if run.threads == 0 and self.device.type == "cpu":
+            most = min(default_threads("cpu", "offpolicy" if single_thread else "onpolicy"), self.threads_on_entry)
+            if most > 1:
+                self.governor = ThreadGovernor(most)
+            else:
+                torch.set_num_threads(1)
         self.checkpoint: dict | None = None
         self.counters: dict = {}
         if resume:
@@ -233,6 +243,13 @@ class RunContext:
         if name == "latest.pt":
             self.saved = True
 
+    def cap_threads(self, most: int) -> None:
+        """At most ``most`` torch threads from now on (the governor keeps adapting below that)."""
+        if self.governor is not None:
+            self.governor.cap(most)
+        else:
+            torch.set_num_threads(min(most, torch.get_num_threads()))
+
     # -- tear-down ------------------------------------------------------------------------------------
     def close(self) -> None:
         if self.bar is not None:
@@ -241,6 +258,9 @@ class RunContext:
         if self.logger is not None:
             self.logger.close()
             self.logger = None
+        if self.governor is not None:
+            self.governor.close()
+            self.governor = None
         torch.set_num_threads(self.threads_on_entry)
 
     def __enter__(self) -> RunContext:

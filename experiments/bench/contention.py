@@ -11,13 +11,13 @@ with the settings' order rotated between repeats, and reports medians of the per
 
     python experiments/bench/contention.py                      # PPO default preset at 600k steps, PPO settings
     python experiments/bench/contention.py --workload ppo sac offline --repeats 3
-    python experiments/bench/contention.py --settings default governor --stagger 4   # 2nd copy 4 s after the 1st
-    python experiments/bench/contention.py --settings default threads1 governor --solo-only --repeats 5
+    python experiments/bench/contention.py --settings default threads2 --stagger 4   # 2nd copy 4 s after the 1st
+    python experiments/bench/contention.py --settings default threads1 threads2 --solo-only --repeats 5
     python experiments/bench/contention.py --setting "mine:OMP_WAIT_POLICY=PASSIVE --threads 2" --append
 
-Settings are named in SETTINGS (default, threads1, threads2, omp_passive, spin10k, mixed, governor, ...);
-"governor" starts the run through a launcher that applies ctrl_rl.core.perf.ThreadGovernor as the run
-runtime should. Results go to experiments/results/<--out>.{json,md} (default contention); --append adds
+Settings are named in SETTINGS (default, threads1, threads2, omp_passive, spin10k, mixed); "default" is
+what `--threads 0` does today (PPO under ctrl_rl.core.perf.ThreadGovernor), "threads2" what it did before
+(torch's two threads, fixed). Results go to experiments/results/<--out>.{json,md} (default contention); --append adds
 this invocation's run to those already there. Before each measurement the script waits (up to
 --quiet-wait s) until other processes use fewer than --quiet-below cores, and marks each repeat clean or not.
 
@@ -62,54 +62,6 @@ WORKLOADS = {
                 "--checkpoint-every 100000", 3000),
 }
 
-# A launcher that applies ctrl_rl.core.perf's policy the way the run runtime should, without editing the
-# loops: perf imported before torch (its CPU-time baseline is the governor's first window), then a
-# ThreadGovernor with default_threads() (or BENCH_MAX_THREADS) as its maximum, created when a loop sets up
-# its device with --threads 0 and closed with the loop; it polls before every optimizer step (torch's global
-# hook). Loops with a RunContext (issue 11) get it in RunContext.__init__/close; older loops right after
-# their setup_device call.
-GOVERNOR_LAUNCHER = """
-import atexit, json, os, sys
-from ctrl_rl.core import perf
-from ctrl_rl.cli import main
-import ctrl_rl.learn.runtime as rt
-govs = []
-def governor(kind):
-    mx = int(os.environ.get("BENCH_MAX_THREADS", 0)) or perf.default_threads("cpu", kind)
-    govs.append(perf.ThreadGovernor(mx))
-    return govs[-1]
-if hasattr(rt, "RunContext"):
-    init, close = rt.RunContext.__init__, rt.RunContext.close
-    def __init__(self, *a, single_thread=False, **k):
-        init(self, *a, single_thread=single_thread, **k)
-        cpu0 = self.run.threads == 0 and self.device.type == "cpu"
-        self.governor = governor("offpolicy" if single_thread else "onpolicy") if cpu0 else None
-    def close_(self):
-        if getattr(self, "governor", None) is not None:
-            self.governor.close()
-        close(self)
-    rt.RunContext.__init__, rt.RunContext.close = __init__, close_
-else:
-    from ctrl_rl.cli import OFF_POLICY, OFFLINE
-    import ctrl_rl.learn.onpolicy as on, ctrl_rl.learn.offpolicy as off, ctrl_rl.learn.offline as offl
-    algo = sys.argv[2]
-    kind = "offpolicy" if algo in OFF_POLICY else "offline" if algo in OFFLINE else "onpolicy"
-    def wrap(mod):
-        orig = mod.setup_device
-        def setup_device(name, threads):
-            dev = orig(name, threads)
-            if threads == 0 and dev.type == "cpu":
-                governor(kind)
-            return dev
-        mod.setup_device = setup_device
-    for m in (on, off, offl):
-        wrap(m)
-atexit.register(lambda: print("GOVERNOR " + json.dumps([{"max": g.max_threads, "final": g.threads, "changes": g.changes,
-                                                         "other_busy": g.other_busy} for g in govs])))
-raise SystemExit(main(sys.argv[1:]))
-"""
-
-
 @dataclass(frozen=True)
 class Setting:
     """How the child processes are started: extra CLI flags and environment variables, one pair per copy
@@ -120,7 +72,6 @@ class Setting:
     env: dict = field(default_factory=dict)
     flags_b: tuple[str, ...] | None = None
     env_b: dict | None = None
-    launcher: bool = False  # start through GOVERNOR_LAUNCHER instead of `-m ctrl_rl`
     note: str = ""
 
     def copy(self, which: int) -> tuple[tuple[str, ...], dict]:
@@ -130,30 +81,22 @@ class Setting:
 
 
 SETTINGS = {
-    "default": Setting("default", note="today's default: --threads 0 (torch's 2 OpenMP threads for PPO, 1 for off-policy/offline)"),
+    "default": Setting("default", note="the default, --threads 0: PPO under ctrl_rl.core.perf.ThreadGovernor (every "
+                                       "core alone, one thread next to other busy processes), off-policy and "
+                                       "offline on one thread"),
     "threads1": Setting("threads1", ("--threads", "1"), note="--threads 1"),
-    "threads2": Setting("threads2", ("--threads", "2"), note="--threads 2 (torch's default thread count, forced)"),
-    "omp_passive": Setting("omp_passive", env={"OMP_WAIT_POLICY": "PASSIVE"},
-                           note="OMP_WAIT_POLICY=PASSIVE (libgomp: GOMP_SPINCOUNT 0, sleep at once)"),
-    "omp_passive_t2": Setting("omp_passive_t2", ("--threads", "2"), env={"OMP_WAIT_POLICY": "PASSIVE"},
-                              note="OMP_WAIT_POLICY=PASSIVE with --threads 2"),
-    "spin10k": Setting("spin10k", env={"GOMP_SPINCOUNT": "10000"},
-                       note="GOMP_SPINCOUNT=10000 (libgomp default 300000 spins before sleeping)"),
-    "mixed": Setting("mixed", (), flags_b=("--threads", "1"),
-                     note="copy A default, copy B --threads 1: only the later-started run detected the other"),
-    "governor": Setting("governor", launcher=True,
-                        note="ctrl_rl.core.perf.ThreadGovernor(default_threads()) created after setup_device, polled "
-                             "before every optimizer step"),
-    "governor_spin10k": Setting("governor_spin10k", env={"GOMP_SPINCOUNT": "10000"}, launcher=True,
-                                note="governor + GOMP_SPINCOUNT=10000"),
-    "governor_t2": Setting("governor_t2", env={"BENCH_MAX_THREADS": "2"}, launcher=True,
-                           note="ThreadGovernor(max_threads=2) for a loop that defaults to one thread"),
-    "mixed_governor": Setting("mixed_governor", launcher=True, flags_b=("--threads", "2"),
-                              note="copy A governed, copy B --threads 2 (an ungoverned neighbour)"),
+    "threads2": Setting("threads2", ("--threads", "2"),
+                        note="--threads 2: torch's two OpenMP threads, fixed (PPO's default before the governor)"),
+    "omp_passive": Setting("omp_passive", ("--threads", "2"), env={"OMP_WAIT_POLICY": "PASSIVE"},
+                           note="--threads 2 with OMP_WAIT_POLICY=PASSIVE (libgomp: GOMP_SPINCOUNT 0, sleep at once)"),
+    "spin10k": Setting("spin10k", ("--threads", "2"), env={"GOMP_SPINCOUNT": "10000"},
+                       note="--threads 2 with GOMP_SPINCOUNT=10000 (libgomp default 300000 spins before sleeping)"),
+    "mixed": Setting("mixed", (), flags_b=("--threads", "2"),
+                     note="copy A default (governed), copy B --threads 2 (a neighbour that does not adapt)"),
 }
-DEFAULT_SETTINGS = {"ppo": ["default", "threads1", "omp_passive", "spin10k", "mixed", "governor"],
-                    "sac": ["default", "threads2", "governor_t2"],
-                    "offline": ["default", "threads2", "governor_t2"]}
+DEFAULT_SETTINGS = {"ppo": ["default", "threads2", "threads1"],
+                    "sac": ["default", "threads2"],
+                    "offline": ["default", "threads2"]}
 
 
 def parse_setting(spec: str) -> Setting:
@@ -246,13 +189,6 @@ def run_group(starts: list[tuple[float, object]], timeout: float) -> list[Proc]:
         time.sleep(0.02)
 
 
-def governor_info(out_path: Path) -> list | None:
-    for line in out_path.read_text().splitlines():
-        if line.startswith("GOVERNOR "):
-            return json.loads(line[len("GOVERNOR "):])
-    return None
-
-
 def train_wall(out_path: Path) -> float | None:
     for line in reversed(out_path.read_text().splitlines()):
         if line.startswith("{") and "wall_time_s" in line:
@@ -268,7 +204,7 @@ def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, t
     starts = []
     for i in range(copies):
         flags, env = setting.copy(i)
-        cmd = cmd_for(tmp / f"{tag}-{i}", flags, setting.launcher)
+        cmd = cmd_for(tmp / f"{tag}-{i}", flags)
         starts.append((i * stagger, lambda cmd=cmd, env=env, i=i: launch(cmd, env, tmp / f"{tag}-{i}.log")))
     procs = run_group(starts, timeout)
     elapsed = time.perf_counter() - t0
@@ -279,7 +215,7 @@ def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, t
             tail = p.out_path.read_text()[-2000:]
             raise RuntimeError(f"run failed (exit {p.rc}): {' '.join(p.popen.args)}\n{tail}")
         rows.append({"wall_s": round(p.wall_s, 2), "train_s": train_wall(p.out_path), "cpu_s": round(p.cpu_s, 2),
-                     "timed_out": p.timed_out, "governor": governor_info(p.out_path),
+                     "timed_out": p.timed_out,
                      **{f"{k}_at_start": v for k, v in p.load_at_start.items()}})
     return {"procs": rows, "foreign_load": round(foreign, 2), "quiet_gate": quiet}
 
@@ -449,8 +385,8 @@ def main() -> None:
             steps = args.total_steps or steps
             train_args = template.format(steps=steps, dataset=dataset).split() + ["--no-progress", *args.extra.split()]
 
-            def cmd_for(run_dir: Path, flags: tuple[str, ...], launcher: bool, train_args=train_args) -> list[str]:
-                head = [sys.executable, "-c", GOVERNOR_LAUNCHER] if launcher else [sys.executable, "-m", "ctrl_rl"]
+            def cmd_for(run_dir: Path, flags: tuple[str, ...], train_args=train_args) -> list[str]:
+                head = [sys.executable, "-m", "ctrl_rl"]
                 return [*head, "train", *train_args, "--run-dir", str(run_dir), *flags]
 
             names = args.settings or DEFAULT_SETTINGS[wl]
