@@ -116,10 +116,89 @@ class OfflineLoopConfig:
             raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
 
 
+@dataclass(frozen=True)
+class WorldModelLoopConfig:
+    """Settings of fitting a dynamics model on a dataset (``ctrl-rl train dynamics``, ``ctrl_rl.learn.model_based``);
+    ``--total-steps`` is the most epochs the fit may take."""
+
+    clip_actions: float | None = None
+    """Clip the dataset's actions to +-this when loading (None: no clip)."""
+
+    def __post_init__(self) -> None:
+        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
+            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
+
+
+@dataclass(frozen=True)
+class ModelBasedLoopConfig:
+    """Settings of the model-based offline loop (``ctrl_rl.learn.model_based``): where the model comes from and
+    how often its rollouts refill the model buffer (``--total-steps`` counts gradient steps)."""
+
+    batch_size: int = 256
+    """Transitions per gradient step (real and imagined together)."""
+    model: str | None = None
+    """A ``ctrl-rl train dynamics`` run to take the model from (None: fit one first in RUN_DIR/dynamics)."""
+    rollout_starts: int = 50_000
+    """Dataset states every rollout round starts from (MOPO, RAVL: 50,000)."""
+    rollout_every: int = 1000
+    """Gradient steps between rollout rounds (MOPO, RAVL: one epoch of 1000)."""
+    retain_rounds: int = 5
+    """The model buffer keeps the transitions of this many rounds (MOPO, RAVL: 5)."""
+    clip_actions: float | None = None
+    """Clip the dataset's actions to +-this when loading (None: no clip)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "rollout_starts", "rollout_every", "retain_rounds"):
+            _positive_int(name, getattr(self, name))
+        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
+            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
+
+
+@dataclass(frozen=True)
+class RecurrentModelBasedLoopConfig:
+    """Settings of the history-based model loop (``ctrl_rl.learn.neubay``; ALGORITHMS.md §5.3): where the model
+    comes from, how the collector imagines continuations of real histories, and the tape buffer the agent samples
+    (``--total-steps`` counts gradient steps). Defaults: NeuBay's ``configs/d4rl_loco/base.yaml``."""
+
+    model: str | None = None
+    """A ``ctrl-rl train dynamics`` run to take the model from (None: fit one first in RUN_DIR/dynamics)."""
+    batch_transitions: int = 2048
+    """Transitions per gradient step: whole tapes concatenated until this many, the last one cut (paper 2048)."""
+    parallel_rollouts: int = 100
+    """Histories imagined per collection, in lock step (paper 100)."""
+    utd: float = 0.05
+    """Gradient steps per transition added (history and imagined rows): ceil(utd x added) after every collection
+    (paper 0.05)."""
+    uncertainty_quantile: float = 1.0
+    """u_max = this quantile of the model's epistemic uncertainty over the offline data; a rollout is truncated at
+    its first step above it (paper 1.0: the maximum seen on the data)."""
+    horizon: int | None = None
+    """Rollouts stop when the time counted from the trajectory's start reaches this (None: the env's time limit,
+    1000 for the MuJoCo tasks)."""
+    buffer_transitions: int = 40_000_000
+    """Tape buffer capacity in transitions, oldest whole tapes dropped first (paper 40M; memory grows with use)."""
+    clip_actions: float | None = None
+    """Clip the dataset's actions to +-this when loading (None: no clip)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_transitions", "parallel_rollouts", "buffer_transitions"):
+            _positive_int(name, getattr(self, name))
+        if self.horizon is not None:
+            _positive_int("horizon", self.horizon)
+        if not isinstance(self.utd, (int, float)) or not math.isfinite(self.utd) or self.utd <= 0:
+            raise UserInputError(f"invalid --utd {self.utd!r}: expected a positive number of gradient steps per transition")
+        _finite_fraction("uncertainty_quantile", self.uncertainty_quantile)
+        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
+            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
+
+
 # The loop config of every regime (the loop each regime runs in is in ctrl_rl.learn.LOOPS).
 LOOP_CONFIGS: dict[str, type] = {"on-policy": OnPolicyLoopConfig, "off-policy": OffPolicyLoopConfig,
-                                 "offline-to-online": OffPolicyLoopConfig, "offline": OfflineLoopConfig}
-LoopConfig = OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig
+                                 "offline-to-online": OffPolicyLoopConfig, "offline": OfflineLoopConfig,
+                                 "world-model": WorldModelLoopConfig, "model-based": ModelBasedLoopConfig,
+                                 "model-based-recurrent": RecurrentModelBasedLoopConfig}
+LoopConfig = (OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig | WorldModelLoopConfig
+              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig)
 
 
 @dataclass(frozen=True)

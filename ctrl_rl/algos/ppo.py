@@ -49,7 +49,7 @@ from ctrl_rl.core.distributions import (
     normal_entropy,
     normal_log_prob,
 )
-from ctrl_rl.core.encoders import Encoder, EncoderConfig, make_encoder
+from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder
 from ctrl_rl.core.nets import Activation, RunningNorm, mlp
 from ctrl_rl.core.obs import Obs, obs_index, obs_map
 from ctrl_rl.core.returns import gae
@@ -60,7 +60,7 @@ from ctrl_rl.algos.registry import AlgoEntry, register
 
 
 @dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(EncoderFields):
     """PPO hyperparameters (defaults: a fast, robust setting for many parallel torch-native envs)."""
 
     rollout_steps: int = 32
@@ -136,14 +136,6 @@ class PPOConfig:
             if not ok:
                 raise ValueError(f"invalid PPO setting {name}={getattr(self, name)!r}")
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
-
-    @property
-    def encoder(self) -> EncoderConfig:
-        """The observation encoder's settings (``core.encoders.make_encoder``), from the ``cnn_*`` and
-        ``image_features`` fields. Flat fields rather than a nested ``EncoderConfig``: the CLI checks flags
-        against the config's own fields."""
-        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
-                             image_features=self.image_features)
 
 
 def scale_envs(num_envs: int, config: PPOConfig, k: int) -> tuple[int, PPOConfig]:

@@ -16,7 +16,15 @@ Regimes and the loop each one runs in (``ctrl_rl.learn``):
 - ``offline``: dataset -> buffer -> ``update(batch)``, evaluated in the env (CQL, Cal-QL, IQL).
 - ``offline-to-online``: the off-policy loop started from a pre-trained checkpoint (``--init``) and/or with
   offline data mixed into the batches (WSRL, RLPD, SAC Flow O2O).
-- ``model-based`` and ``actor-learner``: reserved for the world-model and actor-learner loops.
+- ``world-model``: dataset -> a dynamics ensemble fitted epoch by epoch with early stopping (``dynamics``).
+- ``model-based``: dataset -> a fitted model (``--model RUN`` or fitted first) -> k-step rollouts of the
+  current actor into a model buffer -> ``update(batch)`` on real and imagined rows (MBPO, MOPO, RAVL).
+- ``model-based-recurrent``: dataset -> a fitted model -> real history prefixes continued in the model by the
+  current recurrent actor (one member per rollout, uncertainty truncation) -> episode tapes -> ``update(tapes)``
+  (NeuBay). Such an algorithm also has ``schedule(progress)``, the collector's ``warm_up`` / ``advance`` /
+  ``sample_action`` (``world_models.history.HistoryAgent``), and ``reset_state(n)`` / ``observe(reward, done)``
+  for its acting state.
+- ``actor-learner``: reserved for the actor-learner loop.
 
 The algorithm contract (see docs/architecture.md): ``act(obs, deterministic=False) -> action``,
 ``update(batch, sync=False) -> dict[str, Tensor]`` (device tensors; the loop converts them once per log
@@ -34,8 +42,10 @@ from typing import Any, Callable, Literal, Mapping
 
 from ctrl_rl.errors import UserInputError
 
-Regime = Literal["on-policy", "off-policy", "offline", "offline-to-online", "model-based", "actor-learner"]
-REGIMES: tuple[str, ...] = ("on-policy", "off-policy", "offline", "offline-to-online", "model-based", "actor-learner")
+Regime = Literal["on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
+                 "model-based-recurrent", "actor-learner"]
+REGIMES: tuple[str, ...] = ("on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
+                            "model-based-recurrent", "actor-learner")
 
 # update_step(algo, sampler, batch_size, config) -> info: one update drawing its batch(es) from ``sampler``
 UpdateStep = Callable[[Any, Any, int, Any], dict]
@@ -88,6 +98,9 @@ class AlgoEntry:
     """``scale_envs(num_envs, config, k) -> (num_envs, config)``: the co-scaling rule behind ``--scale-envs``."""
     distributed: bool = False
     """Runs data-parallel under torchrun."""
+    model_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Model-based only: the world model's config fields this agent fits with when no ``--model`` is given
+    (NeuBay: a LayerNorm residual ensemble); empty: the world-model entry's defaults."""
 
     def __post_init__(self) -> None:
         if self.regime not in REGIMES:

@@ -43,13 +43,13 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from ctrl_rl.core.distributions import tanh_log_det
-from ctrl_rl.core.encoders import Encoder, EncoderConfig, make_encoder, random_shift_obs
+from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_shift_obs
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.returns import polyak_
@@ -62,7 +62,7 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 @dataclass(frozen=True)
-class SACConfig:
+class SACConfig(EncoderFields):
     """SAC hyperparameters (defaults: the SAC paper's MuJoCo settings)."""
 
     actor_hidden: tuple[int, ...] = (256, 256)
@@ -139,14 +139,6 @@ class SACConfig:
         if not isinstance(self.drq_pad, int) or isinstance(self.drq_pad, bool) or self.drq_pad < 0:
             raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a number of pixels")
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
-
-    @property
-    def encoder(self) -> EncoderConfig:
-        """The observation encoder's settings (``core.encoders.make_encoder``), from the ``cnn_*`` and
-        ``image_features`` fields. Flat fields rather than a nested ``EncoderConfig``: the CLI checks flags
-        against the config's own fields."""
-        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
-                             image_features=self.image_features)
 
 
 def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
@@ -337,20 +329,31 @@ class SAC:
         if c.crossq:
             q_all = self.q(self.critic, torch.cat([f, f_next]), torch.cat([batch.action, next_a]))  # [E,2B]
             q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
+            aux = None
         else:
             with torch.no_grad():
                 q_next = self.q(self.critic_target, f_next, next_a)  # [E,B]
-            q = self.q(self.critic, f, batch.action)  # [E,B]
+            q, aux = self.critic_q(f, batch.action)  # [E,B]
         y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
                       c.backup_entropy)  # [B]
-        loss = (q - y).square().mean()
+        loss, extra = self.critic_loss(q, y, aux)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
         if self.critic_target is not None:
             polyak_(self._tgt, self._src, c.tau)
         self.critic_updates += 1
-        return {"loss/critic": loss.detach(), "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean()}
+        return {"loss/critic": loss.detach(), "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean(), **extra}
+
+    def critic_q(self, f: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """The critic step's ``Q [E,B]`` of features ``f [B,F]`` and batch actions ``[B,A]``, with gradient into the
+        critics, and whatever ``critic_loss`` needs besides (None here; EDAC: the actions it differentiates by)."""
+        return self.q(self.critic, f, action), None
+
+    def critic_loss(self, q: torch.Tensor, y: torch.Tensor, aux: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The critic loss of ``q [E,B]`` against targets ``y [B]`` (mean over members and batch) and extra
+        statistics to log (none here)."""
+        return (q - y).square().mean(), {}
 
     def update_actor(self, batch: Transition, sample: tuple[torch.Tensor, torch.Tensor] | None = None,
                      feats: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

@@ -59,6 +59,18 @@ class EncoderConfig:
             raise ValueError(f"EncoderConfig.token_vocab must be >= 0, got {self.token_vocab!r}.")
 
 
+class EncoderFields:
+    """Mixin for an algorithm config with the flat fields ``cnn_channels``, ``cnn_layers`` and
+    ``image_features``: ``encoder`` builds the ``EncoderConfig`` from them. The fields stay flat, rather than
+    a nested ``EncoderConfig``, because the CLI checks flags against a config's own fields."""
+
+    @property
+    def encoder(self) -> EncoderConfig:
+        """The observation encoder's settings (``make_encoder``)."""
+        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
+                             image_features=self.image_features)
+
+
 # ---- augmentation ----------------------------------------------------------------------------------
 
 

@@ -172,7 +172,8 @@ class ThreadGovernor:
 
     Create it on the thread that trains (torch's thread count is per thread; polls from other threads are
     ignored). ``close()`` removes the hook and restores the count found at construction. Without /proc/stat
-    or with CTRL_RL_FIXED_THREADS=1 it sets ``max_threads`` once and never changes it.
+    or with CTRL_RL_FIXED_THREADS=1 it sets ``max_threads`` once and never changes it. CTRL_RL_THREAD_LOG=1 prints
+    every decision to stderr.
     """
 
     def __init__(self, max_threads: int, interval: float = 0.3, down_slack: float = 0.35, up_slack: float = 0.15,
@@ -193,12 +194,17 @@ class ThreadGovernor:
         self._measures = (self._last is not None and _START is not None
                           and not os.environ.get("CTRL_RL_FIXED_THREADS"))
         self.threads = self.max_threads
+        self._log = bool(os.environ.get("CTRL_RL_THREAD_LOG"))
         if self._measures and self.max_threads > 1:
             if interval <= self._last[0] - _START[0] <= 60.0:  # a longer history says little about now
                 self.other_busy = other_cores_busy(_START, self._last, self.cpus)
                 self.threads = self._fit(self.down_slack)
             else:
                 self.threads = 1  # no window to judge: one thread until the polls say otherwise (~0.6 s)
+        if self._log:
+            print(f"[threads] start at {self.threads} of {self.max_threads}"
+                  + (f" (other processes used {self.other_busy:.2f} cores)" if self.other_busy is not None else ""),
+                  file=sys.stderr, flush=True)
         if self._measures and hook:
             from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -236,6 +242,9 @@ class ThreadGovernor:
         else:
             self._calm = 0
         if want != self.threads:
+            if self._log:
+                print(f"[threads] {self.threads} -> {want}: other processes used {self.other_busy:.2f} cores",
+                      file=sys.stderr, flush=True)
             self.threads, self.changes = want, self.changes + 1
         self._apply()  # also undoes a count a loop set in between
         return self.threads

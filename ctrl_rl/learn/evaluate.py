@@ -38,11 +38,13 @@ class EvalOptions:
 
 
 @torch.no_grad()
-def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int, max_steps: int = 100_000
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int, max_steps: int = 100_000,
+                 observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One episode per env of ``env`` (an EpisodeStats-wrapped BatchedEnv) under ``policy(obs) -> action``.
 
-    Returns the returns and lengths of the episodes that finished within ``max_steps`` steps (CPU tensors).
+    ``observe(reward [N], done [N])``, when given, is called after every step (a recurrent policy's acting state:
+    the reward it reads next, and which envs start a new episode). Returns the returns and lengths of the episodes
+    that finished within ``max_steps`` steps (CPU tensors).
     """
     obs = env.reset(seed=seed)
     N = env.num_envs
@@ -51,6 +53,8 @@ def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int,
     finished = torch.zeros(N, dtype=torch.bool)
     for _ in range(max_steps):
         out = env.step(policy(obs))
+        if observe is not None:
+            observe(out.reward, out.terminated | out.truncated)
         d = out.info["episode_done"].cpu() & ~finished
         returns[d] = out.info["episode_return"].cpu()[d].float()
         lengths[d] = out.info["episode_length"].cpu()[d]
@@ -61,12 +65,22 @@ def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int,
     return returns[finished], lengths[finished]
 
 
+def _acting_state(algo, n: int):
+    """A recurrent policy (one with ``reset_state(n)`` and ``observe(reward, done)``): its acting state reset for n
+    fresh episodes, and its ``observe`` for ``run_episodes``; None for a policy of the observation alone."""
+    if not hasattr(algo, "reset_state"):
+        return None
+    algo.reset_state(n)
+    return algo.observe
+
+
 def evaluate_policy(algo, run, episodes: int, seed: int) -> tuple[float, float | None, str]:
     """Mean deterministic return over ``episodes`` episodes in ``run.env``, its normalized score and the table used
     (or, instead of a score, the sentence saying why there is none)."""
     env = build_env(dataclasses.replace(run, reward_scale=False), episodes, seed)
     try:
-        returns, _ = run_episodes(lambda o: algo.act(o, deterministic=True), env, seed)
+        returns, _ = run_episodes(lambda o: algo.act(o, deterministic=True), env, seed,
+                                  observe=_acting_state(algo, episodes))
     finally:
         env.close()
     mean = float(returns.mean()) if returns.numel() else float("nan")
@@ -86,6 +100,9 @@ def load_policy(path: str, device: str = "cpu", env: str | None = None, seed: in
     saved = ck.get("config") if isinstance(ck.get("config"), dict) else {}
     entry, run, cfg = parse_saved({"algo": ck.get("algo"), "run": saved.get("run"), "config": saved.get("algo")},
                                   f"checkpoint {str(ck_path)!r}")
+    if entry.regime == "world-model":
+        raise UserInputError(f"{str(ck_path)!r} is a dynamics model run, which has no policy: expected the run of an "
+                             f"agent (a dynamics run is used by the model-based agents with --model {path})")
     run = dataclasses.replace(run, env=env or run.env, device=device, reward_scale=False)
     probe_env = build_env(run, 1, seed)
     spec = probe_env.spec
@@ -107,7 +124,7 @@ def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
     env = build_env(run, opts.episodes, opts.seed)
     try:
         done, lengths = run_episodes(lambda o: algo.act(o, deterministic=not opts.stochastic), env, opts.seed,
-                                     opts.max_steps)
+                                     opts.max_steps, _acting_state(algo, opts.episodes))
     finally:
         env.close()
     n = done.numel()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Protocol
 
 from ctrl_rl.algos import registry
 from ctrl_rl.config import OfflineLoopConfig, RunConfig, ensure_loop
@@ -67,37 +68,62 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
             ctx.restore_rng()
             step, last_return = ctx.counters["step"], ctx.counters["last_return"]
         ctx.start(total, step, f"{algo_name} {Path(run.dataset).name}", unit="upd")
+        return run_updates(ctx, algo, lambda: step_fn(algo, sampler, loop.batch_size, cfg), step, last_return,
+                           record, max_iterations)
 
-        def checkpoint() -> None:
-            ctx.save({"algo_state": algo.state_dict()}, {"step": step, "last_return": last_return, **record})
 
-        t_log, step_log, done = time.time(), step, 0
-        saved_at = step
-        while step < total:
-            if max_iterations is not None and done >= max_iterations:
-                break
-            info = step_fn(algo, sampler, loop.batch_size, cfg)
-            step += 1
-            done += 1
-            evaluate = (run.eval_every > 0 and step % run.eval_every == 0) or step == total
-            postfix = None
-            if step % run.log_every == 0 or evaluate:
-                vals = ctx.floats(info)
-                ctx.check_finite(vals, algo, f"gradient step {step}")
-                now = time.time()
-                row = {"step": step, "wall_time": round(ctx.wall_time(), 3),
-                       "updates_per_s": round((step - step_log) / max(now - t_log, 1e-9), 1), **vals}
-                t_log, step_log = now, step
-                if evaluate:
-                    ret, score, source = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
-                    last_return = ret
-                    row.update(episode_return=ret, normalized_score=score, score_reference=source)
-                    postfix = f"return={ret:.1f} score={'-' if score is None else f'{score:.1f}'}"
-                ctx.log(row)
-            ctx.advance(1, postfix)
-            if step % run.checkpoint_every == 0 or step == total:
-                checkpoint()
-                saved_at = step
-        if done > 0 and saved_at != step:
-            checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
-        return TrainResult(run_dir, step, step, last_return, ctx.wall_time(), algo)
+class Rounds(Protocol):
+    """What a loop built on ``run_updates`` does besides updates (the model-based loop's rollout rounds)."""
+
+    def before(self, step: int) -> dict[str, float]:
+        """Called before gradient step ``step + 1``; returns figures to log with the next metrics row."""
+        ...
+
+    def state(self) -> dict:
+        """Extra checkpoint payload (restored by the loop that built it)."""
+        ...
+
+
+def run_updates(ctx: RunContext, algo, update, step: int, last_return: float, record: dict,
+                max_iterations: int | None, rounds: Rounds | None = None) -> TrainResult:
+    """Gradient steps ``update()`` from ``step`` to ``run.total_steps`` with logging, evaluation in the real env
+    and checkpoints (the offline loop's body; the model-based loop adds its rollout ``rounds``)."""
+    run = ctx.run
+    total = run.total_steps
+
+    def checkpoint() -> None:
+        extra = rounds.state() if rounds is not None else {}
+        ctx.save({"algo_state": algo.state_dict(), **extra}, {"step": step, "last_return": last_return, **record})
+
+    t_log, step_log, done = time.time(), step, 0
+    saved_at, pending = step, {}
+    while step < total:
+        if max_iterations is not None and done >= max_iterations:
+            break
+        if rounds is not None:
+            pending.update(rounds.before(step))
+        info = update()
+        step += 1
+        done += 1
+        evaluate = (run.eval_every > 0 and step % run.eval_every == 0) or step == total
+        postfix = None
+        if step % run.log_every == 0 or evaluate:
+            vals = ctx.floats(info)
+            ctx.check_finite(vals, algo, f"gradient step {step}")
+            now = time.time()
+            row = {"step": step, "wall_time": round(ctx.wall_time(), 3),
+                   "updates_per_s": round((step - step_log) / max(now - t_log, 1e-9), 1), **vals, **pending}
+            t_log, step_log, pending = now, step, {}
+            if evaluate:
+                ret, score, source = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
+                last_return = ret
+                row.update(episode_return=ret, normalized_score=score, score_reference=source)
+                postfix = f"return={ret:.1f} score={'-' if score is None else f'{score:.1f}'}"
+            ctx.log(row)
+        ctx.advance(1, postfix)
+        if step % run.checkpoint_every == 0 or step == total:
+            checkpoint()
+            saved_at = step
+    if done > 0 and saved_at != step:
+        checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
+    return TrainResult(ctx.run_dir, step, step, last_return, ctx.wall_time(), algo)

@@ -2,7 +2,8 @@
 pre-training phase of offline-to-online algorithms that have one.
 
 Regimes and loops: ``on-policy`` -> ``train_onpolicy``; ``off-policy`` and ``offline-to-online`` ->
-``train_offpolicy``; ``offline`` -> ``train_offline``. An offline-to-online entry with a ``pretrain_step`` and
+``train_offpolicy``; ``offline`` -> ``train_offline``; ``world-model`` -> ``train_dynamics``; ``model-based`` ->
+``train_model_based``; ``model-based-recurrent`` -> ``train_neubay``. An offline-to-online entry with a ``pretrain_step`` and
 ``--offline-steps K > 0`` (and no ``--init``) first runs an offline run of K gradient steps on ``--dataset`` in
 ``RUN_DIR/pretrain`` (its own config, metrics and checkpoint, resumable), then the online run in ``RUN_DIR``
 starts from that checkpoint (``--init RUN_DIR/pretrain``).
@@ -18,13 +19,16 @@ from ctrl_rl.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.model_based import train_dynamics, train_model_based
+from ctrl_rl.learn.neubay import train_neubay
 from ctrl_rl.learn.offline import train_offline
 from ctrl_rl.learn.offpolicy import train_offpolicy
 from ctrl_rl.learn.onpolicy import train_onpolicy
 from ctrl_rl.learn.runtime import TrainResult
 
 LOOPS = {"on-policy": train_onpolicy, "off-policy": train_offpolicy, "offline-to-online": train_offpolicy,
-         "offline": train_offline}
+         "offline": train_offline, "world-model": train_dynamics, "model-based": train_model_based,
+         "model-based-recurrent": train_neubay}
 
 
 def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
@@ -39,8 +43,8 @@ def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = Fal
         raise UserInputError(f"{algo_name!r} runs in one process: expected `ctrl-rl train {algo_name}` without torchrun")
     if entry.regime == "on-policy":
         return train_onpolicy(run, algo_name, cfg, run_dir, resume, max_iterations, dist_info)
-    if entry.regime == "offline":
-        return train_offline(run, algo_name, cfg, run_dir, resume, max_iterations)
+    if entry.regime in ("offline", "world-model", "model-based", "model-based-recurrent"):
+        return LOOPS[entry.regime](run, algo_name, cfg, run_dir, resume, max_iterations)
     loop = run.loop
     if entry.pretrain_step is not None and loop.offline_steps > 0 and (loop.init is None or _is_own_pretrain(loop, run_dir)):
         pre_dir = Path(run_dir) / "pretrain"

@@ -1,0 +1,258 @@
+"""The world-model and model-based offline loops.
+
+``train_dynamics`` (regime ``world-model``, ``ctrl-rl train dynamics``): fits a dynamics ensemble on
+``--dataset`` epoch by epoch with early stopping (``world_models.ensemble.fit``); every epoch's holdout loss and
+calibration go to metrics.jsonl and TensorBoard. The run directory then holds ``model.pt`` (weights, elites,
+normalisers, the config and the task it was fitted on), which agents reuse with ``--model RUN``.
+
+``train_model_based`` (regime ``model-based``: mbpo, mopo, ravl): the model comes from ``--model RUN`` or is
+fitted first in ``RUN_DIR/dynamics`` (a resumable dynamics run). Every ``--rollout-every`` gradient steps the
+current actor is rolled out for the algorithm's ``rollout_length`` steps in a ``ModelEnv`` from
+``--rollout-starts`` dataset states (rewards penalised as the algorithm says) into a FIFO model buffer holding
+``--retain-rounds`` rounds; every batch takes ``real_ratio`` of its rows from the dataset and the rest from the
+model buffer. ``--model true`` puts the real simulator in the model's place (``TrueDynamicsEnv``, states set
+from the dataset's ``infos/qpos`` and ``infos/qvel``): RAVL's edge-of-reach experiment. Evaluation, logging and
+checkpoints are the offline loop's (``learn.offline.run_updates``); checkpoints also hold the model buffer and
+the model env's state, so ``--resume`` continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import torch
+
+from ctrl_rl.algos import registry
+from ctrl_rl.config import RunConfig, WorldModelLoopConfig, ensure_loop
+from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+from ctrl_rl.learn.offline import env_spec, run_updates
+from ctrl_rl.learn.runtime import RunContext, TrainingDiverged, TrainResult, check_memory, load_state
+from ctrl_rl.storage.datasets import open_dataset, to_replay
+from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
+from ctrl_rl.world_models.ensemble import EnsembleDynamics, fit
+from ctrl_rl.world_models.model_env import ModelEnv, imagine
+from ctrl_rl.world_models.termination import get_termination, has_termination
+
+MODEL_FILE = "model.pt"
+MODEL_KIND = "dynamics-model-1"
+TRUE_MODEL = "true"  # --model true: the real simulator in the model's place
+
+
+def model_entry() -> registry.AlgoEntry:
+    """The registered world-model algorithm (the dynamics ensemble) that agents fit first and load."""
+    found = [e for e in registry.entries() if e.regime == "world-model"]
+    if len(found) != 1:
+        raise RuntimeError(f"expected exactly one registered world-model algorithm, found {[e.name for e in found]}")
+    return found[0]
+
+
+def task_of(env_id: str) -> str:
+    """The task an env id names, without backend prefix and version (``envpool:Hopper-v5`` -> ``hopper``)."""
+    name = env_id.split(":", 1)[-1].split(",", 1)[0]
+    return name.rsplit("-v", 1)[0].lower()
+
+
+# -- world-model regime -------------------------------------------------------------------------------------
+
+def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: torch.device) -> dict[str, torch.Tensor]:
+    """The dataset's transitions with a valid next observation, as the tensors ``fit`` takes."""
+    buf = to_replay(open_dataset(run.dataset, spec, clip_actions), device)
+    n = len(buf)
+    return {"obs": buf.obs[:n], "act": buf.action[:n], "next_obs": buf.next_obs[:n], "reward": buf.reward[:n],
+            "terminated": buf.terminated[:n]}
+
+
+def train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
+                   max_iterations: int | None = None) -> TrainResult:
+    """Fit a dynamics ensemble on ``run.dataset``: at most ``run.total_steps`` epochs (``cfg.max_epochs`` caps them
+    too), early stopping as ``cfg`` says. A resumed run that had not finished fits again from the start."""
+    entry = registry.get(algo_name)
+    run = ensure_loop(entry, run)
+    if run.dataset is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected the offline data the "
+                             "model is fitted on")
+    max_epochs = run.total_steps if cfg.max_epochs is None else min(run.total_steps, cfg.max_epochs)
+    if max_iterations is not None:
+        max_epochs = min(max_epochs, max_iterations)
+    cfg = dataclasses.replace(cfg, max_epochs=max_epochs, min_epochs=min(cfg.min_epochs, max_epochs))
+    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+        spec = env_spec(run, algo_name, True)
+        if ctx.checkpoint is not None and (ctx.run_dir / MODEL_FILE).is_file():
+            model = load_model(ctx.run_dir, spec, run.env, ctx.device)
+            return TrainResult(ctx.run_dir, ctx.counters["step"], ctx.counters["step"], float("nan"), ctx.wall_time(),
+                               model)
+        data = dataset_arrays(run, spec, run.loop.clip_actions, ctx.device)
+        gen = ctx.seed(run.seed)
+        model = entry.make(cfg, spec, ctx.device, gen)
+        ctx.start(max_epochs, 0, f"dynamics {Path(run.dataset).name}", unit="ep")
+        t0 = time.time()
+
+        def progress(epoch: int, m: dict) -> None:
+            row = {"step": epoch, "wall_time": round(ctx.wall_time(), 3),
+                   **{k: v for k, v in m.items() if k != "epoch" and not isinstance(v, list)}}
+            ctx.log(row)
+            ctx.advance(1, f"holdout_mse={m['holdout_mse']:.4g} calibration={m['calibration']:.2f}")
+
+        try:
+            history = fit(model, data, gen, progress)
+        except UserInputError as e:
+            raise TrainingDiverged(str(e)) from None
+        epochs = history[-1]["epoch"] if history else 0
+        last = history[-1] if history else {}
+        save_model(ctx.run_dir, model, run.env, {"epochs": epochs, "fit_seconds": round(time.time() - t0, 1),
+                                                 **{k: last.get(k) for k in ("holdout_mse_best", "calibration")}})
+        ctx.save({"model_file": MODEL_FILE}, {"step": epochs, "last_return": float("nan")})
+        return TrainResult(ctx.run_dir, epochs, epochs, float("nan"), ctx.wall_time(), model)
+
+
+def save_model(run_dir: Path, model: EnsembleDynamics, env_id: str, summary: dict) -> Path:
+    """``RUN_DIR/model.pt``: the model's meta (sizes, config), weights, the task it models and a fit summary."""
+    path = Path(run_dir) / MODEL_FILE
+    save_checkpoint(path, {"algo": model_entry().name, "config": model.meta()["config"], "kind": MODEL_KIND,
+                           "meta": model.meta(), "task": task_of(env_id), "env": env_id, "state": model.state_dict(),
+                           "summary": summary})
+    return path
+
+
+def load_model(model_dir: str | Path, spec, env_id: str, device: torch.device) -> EnsembleDynamics:
+    """The model of a dynamics run (``--model RUN``), checked against the env it will imagine."""
+    d = Path(model_dir)
+    path = d / MODEL_FILE if d.is_dir() else d
+    if not path.is_file():
+        raise UserInputError(f"--model {model_dir}: no {MODEL_FILE} there, expected the directory of a finished "
+                             "`ctrl-rl train dynamics` run")
+    data = load_checkpoint(path)
+    if data.get("kind") != MODEL_KIND:
+        raise UserInputError(f"--model {model_dir}: {path.name} is not a ctrl_rl dynamics model, expected the "
+                             f"{MODEL_FILE} of a `ctrl-rl train dynamics` run")
+    meta = data["meta"]
+    if data.get("task") != task_of(env_id):
+        raise UserInputError(f"--model {model_dir} was fitted on {data.get('env')!r}, expected a model of "
+                             f"{task_of(env_id)!r} for --env {env_id}")
+    if (meta["obs_dim"], meta["act_dim"]) != (spec.obs_dim, spec.action_dim):
+        raise UserInputError(f"--model {model_dir} predicts observations of {meta['obs_dim']} and actions of "
+                             f"{meta['act_dim']} dimensions, expected {spec.obs_dim} and {spec.action_dim} "
+                             f"(the observation layout of --env {env_id})")
+    model = EnsembleDynamics.from_meta(meta).to(device)
+    load_state(model, data["state"], "dynamics model", path)
+    if model.elites.numel() < 1:
+        raise UserInputError(f"--model {model_dir} has no elite members, expected a finished fit (the run may have "
+                             "been stopped before its first epoch ended)")
+    return model
+
+
+# -- model-based regime -------------------------------------------------------------------------------------
+
+class RolloutRounds:
+    """Before every ``every``-th gradient step: one round of ``steps``-step rollouts of the current actor from new
+    start states into ``buffer``; its statistics go to the next metrics row."""
+
+    def __init__(self, env, algo, buffer: ReplayBuffer, steps: int, every: int):
+        self.env, self.algo, self.buffer, self.steps, self.every = env, algo, buffer, steps, every
+
+    def before(self, step: int) -> dict[str, float]:
+        if step % self.every != 0 and len(self.buffer) > 0:
+            return {}
+        try:
+            stats = imagine(self.env, lambda o: self.algo.act(o), self.steps, self.buffer)
+        except UserInputError as e:  # ModelDiverged: name the gradient step too
+            raise TrainingDiverged(f"before gradient step {step + 1}: {e}") from None
+        return {k: round(float(v), 6) for k, v in stats.items()}
+
+    def state(self) -> dict:
+        return {"model_buffer": self.buffer.state_dict(), "model_env": self.env.state_dict()}
+
+
+def termination_for(env_id: str, model: EnsembleDynamics):
+    """The task's termination function, or None when the model learned a termination head."""
+    if has_termination(env_id):
+        return get_termination(env_id)
+    if getattr(model.cfg, "learn_termination", False):
+        return None
+    return get_termination(env_id)  # raises: says which tasks have one and how to learn one
+
+
+def model_source(run: RunConfig, algo_name: str, run_dir: Path, max_iterations: int | None,
+                 dyn_overrides: dict | None = None) -> str | Path | None:
+    """Where a model-based run's model comes from: ``--model`` (a run directory, or ``true``), else a model fitted
+    first (``fit_first``); None when ``max_iterations`` stopped that fit. Checks that ``--dataset`` is given."""
+    if run.dataset is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected the offline data its "
+                             "model rollouts start from")
+    if run.loop.model is not None:
+        return run.loop.model
+    return fit_first(run, run_dir, max_iterations, dyn_overrides)
+
+
+def fit_first(run: RunConfig, run_dir: Path, max_iterations: int | None,
+              dyn_overrides: dict | None = None) -> Path | None:
+    """Fit the model in ``RUN_DIR/dynamics`` with the ``dynamics`` defaults (and ``dyn_overrides``, e.g. NeuBay's
+    LayerNorm ensemble) unless it is there; returns its directory, or None when ``max_iterations`` stopped the fit."""
+    entry = model_entry()
+    model_dir = Path(run_dir) / entry.name
+    if (model_dir / MODEL_FILE).is_file():
+        return model_dir
+    dyn_run = dataclasses.replace(run, run_dir=str(model_dir), resume=None, log_every=1, checkpoint_every=1,
+                                  eval_every=0, total_steps=entry.run_defaults.get("total_steps", 2000),
+                                  loop=WorldModelLoopConfig(clip_actions=run.loop.clip_actions))
+    resume = (model_dir / "checkpoints" / "latest.pt").is_file()
+    print(f"fitting the dynamics model first: {model_dir} (reuse it with --model {model_dir})")
+    train_dynamics(dyn_run, entry.name, entry.default_config(**(dyn_overrides or {})), model_dir, resume, max_iterations)
+    return model_dir if (model_dir / MODEL_FILE).is_file() else None
+
+
+def make_world(run: RunConfig, cfg, spec, model_dir, n_envs: int, device: torch.device, starts: torch.Tensor, ds):
+    """The env the rollouts run in: the learned model as a ModelEnv, or the real simulator (``--model true``)."""
+    A = spec.action_dim
+    if model_dir == TRUE_MODEL:
+        from ctrl_rl.world_models.true_dynamics import TrueDynamicsEnv
+
+        if "qpos" not in ds.infos or "qvel" not in ds.infos:
+            raise UserInputError(f"--model true needs the simulator state of every dataset row: {run.dataset} has no "
+                                 "infos/qpos and infos/qvel, expected a dataset generated by `ctrl-rl data generate`")
+        env_id = run.env.split(":", 1)[-1]
+        return TrueDynamicsEnv(env_id, ds.infos["qpos"], ds.infos["qvel"], n_envs, seed=run.seed + 7, device=device)
+    model = load_model(model_dir, spec, run.env, device)
+    return ModelEnv(model, starts, n_envs, (-1.0,) * A, (1.0,) * A, run.env, termination_for(run.env, model),
+                    cfg.member_mode, None, cfg.penalty, cfg.penalty_kind, device=device, seed=run.seed + 7)
+
+
+def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
+                      max_iterations: int | None = None) -> TrainResult:
+    """Train a model-based agent on ``run.dataset`` (see the module docstring)."""
+    entry = registry.get(algo_name)
+    run = ensure_loop(entry, run)
+    loop = run.loop
+    model_dir = model_source(run, algo_name, run_dir, max_iterations, entry.model_defaults)
+    if model_dir is None:
+        return TrainResult(Path(run_dir), 0, 0, float("nan"), 0.0, None)
+    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+        spec = env_spec(run, algo_name, True)
+        ds = open_dataset(run.dataset, spec, loop.clip_actions)
+        real = to_replay(ds, ctx.device)
+        starts = real.obs[: len(real)]  # [S,O] states with a valid next state
+        cap = loop.rollout_starts * cfg.rollout_length * loop.retain_rounds
+        check_memory(cap * 4 * (2 * spec.obs_dim + spec.action_dim + 3), f"the model buffer of {cap:,} transitions",
+                     "--rollout-starts, --retain-rounds or --rollout-length", ctx.device)
+        world = make_world(run, cfg, spec, model_dir if model_dir == TRUE_MODEL else Path(model_dir),
+                           loop.rollout_starts, ctx.device, starts, ds)
+        del ds
+        buffer = ReplayBuffer(cap, spec.obs_shape, spec.action_dim, ctx.device)
+        sampler = MixedSampler(buffer, real, cfg.real_ratio)
+        gen = ctx.seed(run.seed)
+        algo = entry.make(cfg, spec, ctx.device, gen)
+        step, last_return = 0, float("nan")
+        if ctx.checkpoint is not None:
+            ck, where = ctx.checkpoint, ctx.ck_dir / "latest.pt"
+            load_state(algo, ck["algo_state"], "networks", where)
+            load_state(buffer, ck["model_buffer"], "model buffer", where)
+            load_state(world, ck["model_env"], "model env", where)
+            ctx.restore_rng()
+            step, last_return = ctx.counters["step"], ctx.counters["last_return"]
+        rounds = RolloutRounds(world, algo, buffer, cfg.rollout_length, loop.rollout_every)
+        ctx.start(run.total_steps, step, f"{algo_name} {Path(run.dataset).name}", unit="upd")
+        return run_updates(ctx, algo, lambda: entry.update_step(algo, sampler, loop.batch_size, cfg), step,
+                           last_return, {}, max_iterations, rounds)

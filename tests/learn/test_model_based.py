@@ -1,0 +1,130 @@
+"""World-model and model-based loops end to end on a small random Hopper-v5 dataset in the D4RL layout (with the
+simulator state of every row): `train dynamics`, mbpo/mopo/ravl from the CLI with a fitted model, fitted first,
+and with the true simulator; resume equals an uninterrupted run; one update per algorithm; bad inputs."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ctrl_rl.algos import registry
+from ctrl_rl.cli import main
+from ctrl_rl.config import ModelBasedLoopConfig, RunConfig
+from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+from ctrl_rl.learn.model_based import MODEL_FILE, train_model_based
+from ctrl_rl.core.types import Transition
+
+AGENT = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
+AGENT_FLAGS = ["--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--rollout-starts", "32",
+               "--rollout-every", "10", "--retain-rounds", "2", "--batch-size", "32", "--eval-episodes", "1",
+               "--log-every", "5", "--threads", "1", "--no-progress"]
+
+
+def test_train_dynamics_writes_a_model_run_with_holdout_metrics(model_run):
+    assert (model_run / MODEL_FILE).is_file()
+    rows = [json.loads(x) for x in (model_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)) and 1 <= len(rows) <= 3
+    assert all(np.isfinite(r["holdout_mse"]) and 0 <= r["calibration"] <= 1 for r in rows)
+    saved = load_checkpoint(model_run / MODEL_FILE)
+    assert saved["task"] == "hopper" and len(saved["state"]["elite_ids"]) == 2
+
+
+@pytest.mark.parametrize("algo", ["mbpo", "mopo", "ravl"])
+def test_model_based_agents_train_from_the_cli(algo, model_run, hopper_dataset, tmp_path):
+    d = tmp_path / algo
+    extra = ["--num-critics", "3", "--target-subset", "3"] if algo == "ravl" else []
+    code = main(["train", algo, "--env", "Hopper-v5", "--dataset", hopper_dataset, "--model", str(model_run),
+                 "--total-steps", "20", "--eval-every", "20", "--run-dir", str(d), *AGENT_FLAGS, *extra])
+    assert code == 0
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 20 and np.isfinite(rows[-1]["episode_return"])
+    assert any(r.get("rollout/transitions", 0) > 0 for r in rows)
+    assert all(np.isfinite(r["stats/q_max"]) for r in rows)
+    if algo == "ravl":
+        assert all("loss/edac_div" in r for r in rows)
+    assert main(["eval", str(d), "--episodes", "1"]) == 0
+
+
+def test_agent_without_model_fits_one_first_and_true_dynamics_runs(hopper_dataset, tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.get("dynamics").run_defaults, "total_steps", 2)
+    d = tmp_path / "fit-first"
+    code = main(["train", "mbpo", "--env", "Hopper-v5", "--dataset", hopper_dataset, "--total-steps", "10",
+                 "--eval-every", "0", "--run-dir", str(d), *AGENT_FLAGS])
+    assert code == 0 and (d / "dynamics" / MODEL_FILE).is_file() and (d / "checkpoints" / "latest.pt").is_file()
+    d = tmp_path / "true"
+    code = main(["train", "mbpo", "--env", "Hopper-v5", "--dataset", hopper_dataset, "--model", "true",
+                 "--total-steps", "10", "--eval-every", "0", "--run-dir", str(d), *AGENT_FLAGS])
+    assert code == 0
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("rollout/transitions", 0) > 0 for r in rows)
+
+
+def _lib_run(hopper_dataset, model_run, total):
+    return RunConfig(env="Hopper-v5", dataset=hopper_dataset, total_steps=total, seed=1, progress=False, threads=1,
+                     log_every=5, checkpoint_every=10, eval_every=0,
+                     loop=ModelBasedLoopConfig(batch_size=32, model=str(model_run), rollout_starts=32,
+                                               rollout_every=7, retain_rounds=2))
+
+
+def test_resume_equals_uninterrupted(hopper_dataset, model_run, tmp_path):
+    cfg = registry.get("ravl").default_config(**AGENT, num_critics=3, target_subset=3)
+    full = train_model_based(_lib_run(hopper_dataset, model_run, 30), "ravl", cfg, tmp_path / "full")
+    part = train_model_based(_lib_run(hopper_dataset, model_run, 30), "ravl", cfg, tmp_path / "cut", max_iterations=17)
+    assert part.step == 17
+    res = train_model_based(_lib_run(hopper_dataset, model_run, 30), "ravl", cfg, tmp_path / "cut", resume=True)
+    assert res.step == 30
+    a, b = full.algo.state_dict(), res.algo.state_dict()
+    for k in ("actor", "critic", "critic_target"):
+        assert all(torch.equal(x, y) for x, y in zip(a[k].values(), b[k].values())), k
+
+
+@pytest.mark.parametrize("algo", ["mbpo", "mopo", "ravl"])
+def test_one_update_on_a_synthetic_batch_moves_the_parameters(algo):
+    spec = EnvSpec("Hopper-v5", (11,), False, 3, (-1.0,) * 3, (1.0,) * 3)
+    entry = registry.get(algo)
+    g = torch.Generator().manual_seed(0)
+    agent = entry.make(entry.default_config(**AGENT), spec, "cpu", g)
+    before = [p.detach().clone() for p in agent.critic.parameters()] + [p.detach().clone() for p in agent.actor.parameters()]
+    B = 64
+    batch = Transition(torch.randn(B, 11, generator=g), torch.rand(B, 3, generator=g) * 2 - 1, torch.randn(B, generator=g),
+                       torch.randn(B, 11, generator=g), torch.zeros(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool))
+    info = agent.update(batch)
+    assert all(np.isfinite(v) for v in info.values())
+    after = [*agent.critic.parameters(), *agent.actor.parameters()]
+    assert all(not torch.equal(x, y) for x, y in zip(before, after))
+
+
+def test_bad_model_inputs_exit_2_with_one_sentence(hopper_dataset, model_run, tmp_path, capsys):
+    def run(*flags, env="Hopper-v5"):
+        code = main(["train", "mbpo", "--env", env, "--dataset", hopper_dataset, "--total-steps", "5",
+                     "--run-dir", str(tmp_path / f"r{len(list(tmp_path.iterdir()))}"), *AGENT_FLAGS, *flags])
+        return code, capsys.readouterr().err
+    code, err = run("--model", str(tmp_path / "nowhere"))
+    assert code == 2 and "no model.pt" in err
+    other = tmp_path / "other"
+    other.mkdir()
+    data = load_checkpoint(model_run / MODEL_FILE)
+    save_checkpoint(other / MODEL_FILE, {**data, "task": "walker2d", "env": "Walker2d-v5"})
+    code, err = run("--model", str(other))
+    assert code == 2 and "was fitted on 'Walker2d-v5'" in err
+    save_checkpoint(other / MODEL_FILE, {**data, "meta": {**data["meta"], "obs_dim": 17}})
+    code, err = run("--model", str(other))
+    assert code == 2 and "17" in err
+    code, err = run("--penalty", "-1", "--model", str(model_run))
+    assert code == 2 and "--penalty" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_nan_model_stops_the_run_naming_the_step(hopper_dataset, model_run, tmp_path, capsys):
+    bad = tmp_path / "nan-model"
+    bad.mkdir()
+    data = load_checkpoint(model_run / MODEL_FILE)
+    state = dict(data["state"])
+    state["target_mean"] = torch.full_like(state["target_mean"], float("nan"))
+    save_checkpoint(bad / MODEL_FILE, {**data, "state": state})
+    code = main(["train", "mbpo", "--env", "Hopper-v5", "--dataset", hopper_dataset, "--model", str(bad),
+                 "--total-steps", "5", "--run-dir", str(tmp_path / "r"), *AGENT_FLAGS])
+    err = capsys.readouterr().err
+    assert code == 1 and "before gradient step 1" in err and "NaN" in err
