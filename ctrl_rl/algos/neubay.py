@@ -573,9 +573,10 @@ register(AlgoEntry(
     run_defaults={"num_envs": 1, "total_steps": 2_000_000, "log_every": 1000, "checkpoint_every": 20_000,
                   "eval_every": 20_000, "eval_episodes": 20},
     continuous_only=True, requires_dataset=True,
-    # ALGORITHMS.md §5.2: 128 members of 4 LayerNorm blocks x 200 (LeakyReLU, residual), log sigma soft-clamped to
+    # ALGORITHMS.md §5.2: 128 members of 4 blocks Linear(200) -> LayerNorm -> LeakyReLU (no skip connection in the
+    # paper's code), log sigma soft-clamped to
     # [-5, 0.25], weight decay 5e-5, each member on its own permutation (no bootstrap), holdout min(20%, 1000),
     # early stop after 5 epochs without a 1% gain, the 100 lowest-holdout members kept
     model_defaults={"members": 128, "elites": 100, "hidden": (200, 200, 200, 200), "layer_norm": True,
-                    "residual": True, "activation": "leaky_relu", "logvar_bounds": "fixed",
+                    "residual": False, "activation": "leaky_relu", "logvar_bounds": "fixed",
                     "weight_decay": (5e-5,) * 5, "bootstrap": False, "max_holdout": 1000, "min_epochs": 0}))
