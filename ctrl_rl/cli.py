@@ -535,9 +535,9 @@ def cmd_list(args: list[str]) -> int:
         from ctrl_rl.algos import registry
 
         entries = registry.entries()
-        width = max(len(e.name) for e in entries)
+        width, rwidth = max(len(e.name) for e in entries), max(len(e.regime) for e in entries)
         for e in entries:
-            print(f"{e.name:{width}s}  {e.regime:17s}  {e.summary}")
+            print(f"{e.name:{width}s}  {e.regime:{rwidth}s}  {e.summary}")
     else:
         from ctrl_rl.config import list_presets
 
