@@ -281,13 +281,21 @@ def reading(runs: dict, scales: dict | None) -> str:
         gr = growth(r["q"])
         above = qm > b
         verdict[algo] = (above, gr)
-        ret = f", last evaluation return {r['eval'][-1][1]:.0f}" if r["eval"] else ""
+        ret = (f", last evaluation return {r['eval'][-1][1]:.0f} (undiscounted; with Hopper's mostly positive rewards "
+               f"about an upper bound on its policy's discounted value from the start states; q_mean is "
+               f"{qm / max(r['eval'][-1][1], 1e-9):.2g}x that)"
+               if r["eval"] else "")
         parts.append(f"{algo} at step {step:,}: q_mean {qm:.4g} ({qm / b:.2g}x the bound r_max/(1-gamma) = {b:.0f}; "
                      f"{qm / m:.2g}x the data's mean return-to-go {m:.0f}), q_max {qx:.4g}, q_mean grew "
                      f"{'n/a' if gr is None else f'{gr:.2g}x'} over the second half{ret}")
     text = "; ".join(parts) + "."
     if "mbpo" in verdict and "ravl" in verdict:
         (mb_above, mb_gr), (rv_above, _) = verdict["mbpo"], verdict["ravl"]
+        common = min(runs["mbpo"]["q"][-1][0], runs["ravl"]["q"][-1][0])
+        at = {k: [x[1] for x in runs[k]["q"] if x[0] == common] for k in ("mbpo", "ravl")}
+        if at["mbpo"] and at["ravl"] and runs["mbpo"]["q"][-1][0] != runs["ravl"]["q"][-1][0]:  # unequal lengths
+            text += (f" At step {common:,}, where both runs have logged, q_mean is {at['mbpo'][0]:.4g} (mbpo) vs "
+                     f"{at['ravl'][0]:.4g} (ravl).")
         mb_growing = mb_gr is not None and mb_gr > 1.5
         if mb_above and not rv_above:
             text += (" Reading (rule: a Q above r_max/(1-gamma) is overestimated whatever the policy): MBPO's Q "
