@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ctrl_rl.learn.checkpoint import save_checkpoint
+from ctrl_rl.storage.datasets.cache import DATA_DIR_ENV
 from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,19 @@ GRID = ["--tasks", "hopper", "--offline-levels", "medium", "--o2o-datasets", "ho
         "--eval-episodes", "2"]
 
 
+def offline_rows(md: str, ds: str) -> dict[str, list[str]]:
+    """Table 1's rows of dataset ``ds``: method -> the cells after it."""
+    rows = [[c.strip() for c in x.strip("|").split("|")] for x in md.split("## 2.")[0].splitlines()
+            if x.startswith(f"| {ds} |")]
+    return {r[1]: r[2:] for r in rows}
+
+
+@pytest.fixture(autouse=True)
+def no_datasets(tmp_path, monkeypatch):
+    """No dataset resolves: the tables do not depend on what this machine's dataset cache holds."""
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "no-datasets"))
+
+
 def test_summary_tables(table, tmp_path, monkeypatch):
     refs = tmp_path / "refs.json"  # local references: random 0, expert 1000
     refs.write_text(json.dumps({"source": "test refs", "scores": {"hopper": {"random": 0.0, "expert": 1000.0}}}))
@@ -68,21 +82,34 @@ def test_summary_tables(table, tmp_path, monkeypatch):
         fake_run(rep / f"wsrl-s{s}", "wsrl", s, 200, {0: final, 100: final, 150: final - 10, 200: final + 20}, online=True,
                  warmup=100)
     fake_run(rep / "rlpd-s0", "rlpd", 0, 200, {0: 1.0, 100: 1.0, 200: 41.0}, online=True, warmup=100)  # rlpd-s1 missing
+    fake_run(med / "mopo-s0", "mopo", 0, 100, {50: 35.0, 100: 70.0}, online=False)  # mopo-s1 missing
+    fit = med / "dynamics"
+    fit.mkdir()
+    (fit / "model.pt").write_bytes(b"")
+    (fit / "metrics.jsonl").write_text("".join(json.dumps({"step": e, "holdout_mse": 1 / e - 1 / 12, "calibration": 0.2 * e})
+                                               + "\n" for e in (1, 2, 3)))
     args = table.parse_args(GRID + ["--runs-dir", str(runs)])
     table.summarize(table.grid_spec(args), runs, out, "GRID-COMMAND", "SUMMARY-COMMAND")
 
     md = (out / "d4rl.md").read_text()
     assert "REGENERATED D4RL-protocol datasets on Gymnasium MuJoCo v5" in md and "`GRID-COMMAND`" in md
-    assert "| dataset | IQL (D4RL ref) | IQL (local ref) | IQL published v2 (different data) | CQL (D4RL ref) |" in md
+    assert "| dataset | method | score (D4RL ref) | score (local ref) | published v2 (different data) |" in md
     # IQL: scores 40 and 60 -> 50 ± 14.1; local: returns / 10; CQL: one complete seed, one at 50 of 100 steps
     iql_local = [r / 10 for r in (ret(40), ret(60))]
-    row = next(x for x in md.splitlines() if x.startswith("| hopper-medium-v5 |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "50.0 ± 14.1 (n=2)"
-    assert cells[2].startswith(f"{sum(iql_local) / 2:.1f} ± ") and cells[3] == "65.7"
-    assert cells[4] == "55.0 (n=1) [1 incomplete, at 50/100]" and cells[6] == "59.1"
-    row = next(x for x in md.splitlines() if x.startswith("| hopper-medium-replay-v5 |"))
-    assert "not in grid" in row and "40.0 ± 14.1 (n=2)" in row and "98.6" in row
+    med_rows = offline_rows(md, "hopper-medium-v5")
+    assert med_rows["dataset itself (return —)"] == ["—", "—", "—"]  # no data file here
+    assert med_rows["iql"][0] == "50.0 ± 14.1 (n=2)"
+    assert med_rows["iql"][1].startswith(f"{sum(iql_local) / 2:.1f} ± ") and med_rows["iql"][2] == "65.7"
+    assert med_rows["cql"][0] == "55.0 (n=1) [1 incomplete, at 50/100]" and med_rows["cql"][2] == "59.1"
+    # model-based rows: mopo with its preset and OfflineRL-Kit's reproduction; ravl and neubay unpublished
+    assert med_rows["mopo (preset)"][0] == "70.0 (n=1) [1 missing]" and med_rows["mopo (preset)"][2] == "62.8"
+    assert med_rows["ravl"][0] == "— [2 missing]" and med_rows["ravl"][2].startswith("— (paper table not read")
+    rep_rows = offline_rows(md, "hopper-medium-replay-v5")
+    assert rep_rows["iql"][0] == "not in grid" and rep_rows["iql"][2] == "94.8"
+    assert rep_rows["cql"][0] == "40.0 ± 14.1 (n=2)" and rep_rows["cql"][2] == "98.6"
+    # the dynamics fits the model-based rows load: their last epoch's holdout figures
+    assert "| hopper-medium-v5 | dynamics | 3 | 0.25 | 0.6 | yes |" in md
+    assert "| hopper-medium-v5 | dynamics-neubay | — | — | — | no |" in md
     o2o = {x.split("|")[2].strip(): [c.strip() for c in x.strip("|").split("|")[2:]]
            for x in md.splitlines() if x.startswith("| hopper-medium-replay-v5 | ")}
     # step 0, final, min after warm-up, mean over the run (trapezoids / budget)
@@ -94,7 +121,7 @@ def test_summary_tables(table, tmp_path, monkeypatch):
     assert "40.0 (WSRL) vs 11.0 (RLPD) -> WSRL above" in md
 
     rows = list(csv.DictReader((out / "d4rl.csv").open()))
-    assert len(rows) == 9  # every run that exists, incomplete ones included
+    assert len(rows) == 10  # every run that exists, incomplete ones included
     cql1 = next(r for r in rows if r["dataset"] == "hopper-medium-v5" and r["method"] == "cql" and r["seed"] == "1")
     assert cql1["complete"] == "False" and cql1["steps_done"] == "50"
     iql1 = next(r for r in rows if r["method"] == "iql" and r["seed"] == "1")
@@ -111,7 +138,8 @@ def test_summary_without_local_references(table, tmp_path, monkeypatch):
     md = (tmp_path / "out" / "d4rl.md").read_text()
     assert "(local ref)" not in md and "local references: not available" in md
     assert "Offline-to-online" not in md  # no o2o datasets, no table 2
-    assert "| hopper-medium-v5 | 40.0 (n=1) [1 missing] | 65.7 | — [2 missing] | 59.1 |" in md
+    rows = offline_rows(md, "hopper-medium-v5")
+    assert rows["iql"] == ["40.0 (n=1) [1 missing]", "65.7"] and rows["cql"] == ["— [2 missing]", "59.1"]
 
 
 def test_dry_run_prints_the_commands(table, tmp_path, capsys):
@@ -134,5 +162,16 @@ def test_dry_run_prints_the_commands(table, tmp_path, capsys):
             f"--save-replay --num-critics 2") in lines
     assert (f"train wsrl --init {rep}/cql-s0 --dataset hopper-medium-replay-v5 --offline-ratio 0.5 {o2o} --run-dir "
             f"{rep}/retained-s0 --checkpoint-every 100 --no-progress --save-replay --num-critics 2") in lines
-    assert len([x for x in lines if x.startswith("train ")]) == 5  # iql, cql on medium; rlpd, wsrl, retained
+    # the model-based rows: one dynamics fit per dataset and kind, the agents load it with --model
+    fit = runs / "hopper-medium-v5" / "dynamics"
+    assert (f"train dynamics --env Hopper-v5 --dataset hopper-medium-v5 --seed 0 --run-dir {fit} --no-progress") in lines
+    neubay_fit = next(x for x in lines if x.startswith("train dynamics") and "dynamics-neubay" in x)
+    assert "--members 128" in neubay_fit and "--elites 100" in neubay_fit
+    mopo = next(x for x in lines if x.startswith("train mopo"))
+    assert mopo.startswith(f"train mopo --preset {ROOT}/experiments/presets/mopo-hopper-medium.json --dataset "
+                           f"hopper-medium-v5 --model {fit} --env Hopper-v5 --total-steps 100")
+    assert next(x for x in lines if x.startswith("train ravl")).count(f"--model {fit} ") == 1
+    assert f"--model {fit}-neubay " in next(x for x in lines if x.startswith("train neubay"))
+    # iql, cql on medium; rlpd, wsrl, retained; two fits; mopo, ravl, neubay
+    assert len([x for x in lines if x.startswith("train ")]) == 10
     assert sorted(p.name for p in runs.iterdir()) == ["hopper-medium-replay-v5"]  # nothing written
