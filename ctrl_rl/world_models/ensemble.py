@@ -415,6 +415,37 @@ def evaluate(model: EnsembleDynamics, x: torch.Tensor, y: torch.Tensor, terminat
             "term_acc": acc["term_acc"] / H}
 
 
+_CHUNK = 1 << 24  # elements per temporary of the index tables (64 MB of float32 keys)
+
+
+def _chunked_rows(E: int, N: int, make: Callable[[int], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """An [E,N] table of ``dtype`` filled by ``make(e)`` ([e,N]) a few member rows at a time, so that the
+    temporaries stay near ``_CHUNK`` elements. The rows come from the generator in the same order as one [E,N]
+    call would draw them (CPU generators fill row-major)."""
+    step = max(1, _CHUNK // max(N, 1))
+    first = make(min(step, E))
+    out = torch.empty((E, N), dtype=dtype, device=first.device)
+    out[: first.shape[0]] = first
+    for e0 in range(first.shape[0], E, step):
+        e1 = min(E, e0 + step)
+        out[e0:e1] = make(e1 - e0)
+    return out
+
+
+def _member_orders(boot: torch.Tensor | None, E: int, N: int, generator: torch.Generator | None, dev: torch.device,
+                   dtype: torch.dtype) -> torch.Tensor:
+    """A random permutation of each member's rows (of its bootstrap resample ``boot`` [E,N] when given): [E,N]."""
+    state = {"e0": 0}
+
+    def make(e: int) -> torch.Tensor:
+        order = torch.rand(e, N, generator=generator, device=dev).argsort(1)  # [e,N] int64
+        e0 = state["e0"]
+        state["e0"] = e0 + e
+        return boot[e0:e0 + e].long().gather(1, order) if boot is not None else order
+
+    return _chunked_rows(E, N, make, dtype)
+
+
 def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch.Generator | None = None,
         progress: Callable[[int, dict], None] | None = None) -> list[dict]:
     """Train ``model`` on ``data`` (obs [S,O], act [S,A], next_obs [S,O], reward [S], terminated [S] bool, optional
@@ -435,7 +466,9 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
     x_tr, y_tr, x_ho, y_ho = x_all[train], y_all[train], x_all[hold], y_all[hold]
     t_tr, t_ho = (term[train], term[hold]) if term is not None else (None, None)
     N = x_tr.shape[0]
-    boot = torch.randint(N, (E, N), generator=generator, device=dev) if cfg.bootstrap else None  # [E,N]
+    idx_dtype = torch.int32 if N < 2**31 else torch.int64  # [E,N] index tables: 128 members x 1M rows in int32 is 0.5 GB
+    boot = _chunked_rows(E, N, lambda e: torch.randint(N, (e, N), generator=generator, device=dev), idx_dtype) \
+        if cfg.bootstrap else None  # [E,N] the bootstrap resample of each member
     opt = make_optimizer(model)
     params = list(model.parameters())  # every parameter has the member axis first
     best_params = [p.detach().clone() for p in params]
@@ -444,8 +477,7 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
     since, decayed, epoch = 0, False, 0
     while cfg.max_epochs is None or epoch < cfg.max_epochs:
         epoch += 1
-        order = torch.rand(E, N, generator=generator, device=dev).argsort(1)  # [E,N] a permutation per member
-        idx = boot.gather(1, order) if boot is not None else order  # [E,N]
+        idx = _member_orders(boot, E, N, generator, dev, idx_dtype)  # [E,N] this epoch's order of each member's rows
         total, steps = torch.zeros((), device=dev), 0
         for s in range(0, N, cfg.batch_size):
             ib = idx[:, s:s + cfg.batch_size]  # [E,B]

@@ -11,6 +11,7 @@ from ctrl_rl.errors import UserInputError
 from ctrl_rl.world_models.ensemble import (DynamicsConfig, EnsembleDynamics, evaluate, fit, member_forward,
                                            soft_clamp)
 from ctrl_rl.world_models.protocol import UNCERTAINTIES, DynamicsModel
+import ctrl_rl.world_models.ensemble as ensemble_mod
 
 O, A = 3, 2
 TINY = dict(members=4, elites=2, hidden=(16, 16), weight_decay=(2.5e-5, 5e-5, 1e-4))
@@ -232,3 +233,18 @@ def test_defaults_are_ravls():
     assert (c.min_epochs, c.max_epochs, c.lr_decay, c.bootstrap, c.logvar_bounds) == (350, 2000, 0.3, True, "learned")
     m = EnsembleDynamics(17, 6)
     assert m.max_logvar.shape == (7, 1, 18) and bool((m.max_logvar == 0.5).all()) and bool((m.min_logvar == -10).all())
+
+
+def test_index_tables_drawn_in_chunks_equal_one_draw(monkeypatch):
+    """fit's [E,N] bootstrap and order tables are drawn a few members at a time (NeuBay's 128 members x 1M rows
+    would otherwise need GBs of temporaries); the tables equal one [E,N] draw from the same generator."""
+    E, N = 7, 50
+    ref_gen = torch.Generator().manual_seed(3)
+    boot_ref = torch.randint(N, (E, N), generator=ref_gen)
+    order_ref = boot_ref.gather(1, torch.rand(E, N, generator=ref_gen).argsort(1))
+    monkeypatch.setattr(ensemble_mod, "_CHUNK", 2 * N)  # two members per chunk: chunks of 2, 2, 2, 1
+    gen = torch.Generator().manual_seed(3)
+    boot = ensemble_mod._chunked_rows(E, N, lambda e: torch.randint(N, (e, N), generator=gen), torch.int32)
+    order = ensemble_mod._member_orders(boot, E, N, gen, torch.device("cpu"), torch.int32)
+    assert boot.dtype == torch.int32 and torch.equal(boot.long(), boot_ref)
+    assert torch.equal(order.long(), order_ref)

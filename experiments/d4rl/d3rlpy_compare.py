@@ -1,0 +1,385 @@
+"""Model-free rows checked against d3rlpy: IQL and CQL of both libraries on the same regenerated file, budget and seeds.
+
+Each (library, algorithm, seed) is one process on one torch thread, trained for a fixed number of gradient steps on
+one D4RL-layout HDF5 file (default hopper-medium-v5, `ctrl-rl data generate`), evaluated every ``--eval-every``
+steps by ctrl_rl's own evaluator (``learn.evaluate.run_episodes``: the same env, wrappers, episode seeds and
+deterministic actions on both sides), so that the scores differ only by what was learned.
+
+  ctrl_rl   ``ctrl-rl train iql|cql --dataset D`` (its offline loop; metrics.jsonl as any run)
+            IQL: its defaults (the official code's locomotion settings: returns scaled by 1000 / (max - min episode
+            return), expectile 0.7, beta 3, clip 100, lr 3e-4, cosine actor schedule over 1M updates)
+            CQL: d3rlpy's reproduction network and weights instead of ctrl_rl's WSRL defaults (``CQL_MATCHED``)
+  d3rlpy    2.8.1 ``IQLConfig`` / ``CQLConfig`` with the settings of its ``reproductions/offline/iql.py`` and
+            ``cql.py`` (read at takuseno/d3rlpy 38c34b6): IQL lr 3e-4, actor cosine schedule T_max 500k, batch 256,
+            weight_temp 3, max_weight 100, expectile 0.7, ReturnBasedRewardScaler(1000); CQL 3x256 encoders, actor
+            lr 1e-4, critic 3e-4, temperature 1e-4, 10 action samples, fixed conservative weight 5 (its rule gives
+            10 only to "medium-v0"), alpha lr 0. Trained with ``algo.fit``; the evaluation runs in its epoch callback,
+            one epoch = ``--eval-every`` steps.
+
+Differences that stay (each library's own way): d3rlpy's IQL steps Q and V from one optimizer before the actor,
+ctrl_rl's V, actor, Q in the official code's order; d3rlpy's CQL TD target uses the deterministic tanh(mu(s')),
+ctrl_rl a sample; initialisations. experiments/bench/offline_updates.py lists them with their cost.
+
+Runs live in <runs-dir>/<library>-<algo>-s<seed>/ (metrics.jsonl with ``episode_return`` and ``normalized_score``
+rows; result.json when complete). Calling again skips complete runs and starts unfinished ones afresh (d3rlpy's
+fit does not resume). ``--summarize`` aggregates what exists.
+
+    python experiments/d4rl/d3rlpy_compare.py --algos iql --seeds 0 1 2 3 4 --steps 30000 --jobs 2
+    python experiments/d4rl/d3rlpy_compare.py --algos cql --seeds 0 1 2 --steps 10000 --jobs 2
+    python experiments/d4rl/d3rlpy_compare.py --summarize
+
+Writes experiments/results/d3rlpy_compare.{md,json} and d3rlpy_compare.png (evaluation curves, mean over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from common import RESULTS, ROOT  # noqa: E402
+
+LIBS = ("ctrl_rl", "d3rlpy")
+ALGOS = ("iql", "cql")
+CQL_MATCHED = ("--num-critics 2 --target-subset 2 --no-layer-norm --no-actor-layer-norm --final-hidden-scale 1 "
+               "--actor-hidden 256 256 256 --critic-hidden 256 256 256 --actor-lr 1e-4 --critic-lr 3e-4 --alpha-lr 1e-4 "
+               "--init-alpha 1 --no-backup-entropy --alpha-cql 5 --no-lagrange --num-cql-samples 10 --importance-sampling "
+               "--no-max-target-backup --no-calql")
+
+
+# ------------------------------------------------------------------------------------------------ the d3rlpy side
+def load_mdp_dataset(path: Path):
+    """The D4RL-layout file as a d3rlpy MDPDataset (terminals and timeouts as d3rlpy's D4RL loader takes them)."""
+    import d3rlpy
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "r") as f:
+        obs, act = np.asarray(f["observations"], np.float32), np.asarray(f["actions"], np.float32)
+        rew = np.asarray(f["rewards"], np.float32)
+        term, tout = np.asarray(f["terminals"], np.float32), np.asarray(f["timeouts"], np.float32)
+    tout[-1] = 1.0 if not term[-1] else 0.0  # the file's last episode ends with it
+    return d3rlpy.dataset.MDPDataset(obs, act, rew, term, tout)
+
+
+def d3rlpy_algo(algo: str):
+    import d3rlpy
+
+    if algo == "iql":
+        return d3rlpy.algos.IQLConfig(
+            actor_learning_rate=3e-4, critic_learning_rate=3e-4, batch_size=256, weight_temp=3.0, max_weight=100.0,
+            expectile=0.7, reward_scaler=d3rlpy.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0),
+            actor_optim_factory=d3rlpy.optimizers.AdamFactory(
+                lr_scheduler_factory=d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=500_000)))
+    enc = d3rlpy.models.encoders.VectorEncoderFactory([256, 256, 256])
+    return d3rlpy.algos.CQLConfig(
+        actor_learning_rate=1e-4, critic_learning_rate=3e-4, temp_learning_rate=1e-4, actor_encoder_factory=enc,
+        critic_encoder_factory=enc, batch_size=256, n_action_samples=10, alpha_learning_rate=0.0,
+        conservative_weight=5.0)
+
+
+def run_d3rlpy(a: argparse.Namespace) -> None:
+    """One d3rlpy run (the worker process): fit, evaluating with ctrl_rl's evaluator after every epoch."""
+    import d3rlpy
+    import torch
+
+    from ctrl_rl.learn.evaluate import run_episodes
+    from ctrl_rl.learn.runtime import build_env
+    from ctrl_rl.config import RunConfig
+    from ctrl_rl.storage.datasets.scores import normalized_score
+
+    torch.set_num_threads(1)
+    out = Path(a.run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    d3rlpy.seed(a.seed)
+    dataset = load_mdp_dataset(Path(a.data))
+    algo = d3rlpy_algo(a.algo).create(device="cpu:0")
+    run = RunConfig(env=a.env, seed=a.seed, reward_scale=False)
+    metrics = (out / "metrics.jsonl").open("w")
+    t0 = time.perf_counter()
+    eval_s = 0.0
+
+    import gymnasium
+
+    space = gymnasium.make(a.env).action_space
+    if float(space.low.min()) != -1 or float(space.high.max()) != 1 or float(space.low.max()) != -1:
+        raise SystemExit(f"{a.env}: actions are not in [-1, 1]; d3rlpy's actions would need rescaling here")
+
+    def evaluate(algo_, epoch: int, total_step: int) -> None:
+        nonlocal eval_s
+        t = time.perf_counter()
+        env = build_env(run, a.eval_episodes, a.seed + 10_000)  # ActionRescale is the identity on [-1, 1]
+        try:
+            returns, _ = run_episodes(lambda o: torch.as_tensor(algo_.predict(o.cpu().numpy())), env, a.seed + 10_000)
+        finally:
+            env.close()
+        mean = float(returns.mean())
+        eval_s += time.perf_counter() - t
+        row = {"step": total_step, "episode_return": mean, "normalized_score": normalized_score(a.env, mean)[0],
+               "wall_time": time.perf_counter() - t0, "eval_time": eval_s}
+        metrics.write(json.dumps(row) + "\n")
+        metrics.flush()
+
+    algo.fit(dataset, n_steps=a.steps, n_steps_per_epoch=a.eval_every, show_progress=False, save_interval=10**9,
+             logger_adapter=d3rlpy.logging.NoopAdapterFactory(), epoch_callback=evaluate)
+    metrics.close()
+
+
+# ------------------------------------------------------------------------------------------------------ the grid
+def run_dir(runs: Path, lib: str, algo: str, seed: int) -> Path:
+    return runs / f"{lib}-{algo}-s{seed}"
+
+
+def command(a: argparse.Namespace, lib: str, algo: str, seed: int, data: str) -> list[str]:
+    d = run_dir(a.runs_dir, lib, algo, seed)
+    if lib == "d3rlpy":
+        return [sys.executable, str(Path(__file__).resolve()), "--worker", "--algo", algo, "--seed", str(seed),
+                "--data", data, "--env", a.env, "--steps", str(a.steps), "--eval-every", str(a.eval_every),
+                "--eval-episodes", str(a.eval_episodes), "--run-dir", str(d)]
+    extra = shlex.split(CQL_MATCHED) if algo == "cql" else []
+    return [sys.executable, "-m", "ctrl_rl", "train", algo, "--dataset", data, "--env", a.env, "--total-steps",
+            str(a.steps), "--eval-every", str(a.eval_every), "--eval-episodes", str(a.eval_episodes), "--seed", str(seed),
+            "--run-dir", str(d), "--threads", "1", "--checkpoint-every", str(a.steps), "--no-progress", *extra,
+            *shlex.split(a.ctrl_args)]
+
+
+def read_curve(d: Path) -> list[dict]:
+    p = d / "metrics.jsonl"
+    if not p.is_file():
+        return []
+    rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return [r for r in rows if r.get("episode_return") is not None]
+
+
+def one(a: argparse.Namespace, lib: str, algo: str, seed: int, data: str) -> str:
+    d = run_dir(a.runs_dir, lib, algo, seed)
+    if (d / "result.json").is_file():
+        return f"[done] {d.name}: complete"
+    if d.exists():  # an unfinished run: afresh
+        import shutil
+
+        shutil.rmtree(d)
+    cmd = command(a, lib, algo, seed, data)
+    with (a.runs_dir / "commands.txt").open("a") as f:
+        f.write(shlex.join(cmd) + "\n")
+    t0 = time.perf_counter()
+    env = dict(os.environ, OMP_NUM_THREADS="1", CTRL_RL_FIXED_THREADS="1")
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    curve = read_curve(d)
+    if r.returncode != 0 or not curve or curve[-1]["step"] < a.steps:
+        (a.runs_dir / f"{d.name}.log").write_text(r.stdout + r.stderr)
+        return f"[fail] {d.name}: exit {r.returncode}; log in {d.name}.log"
+    (d / "result.json").write_text(json.dumps({"library": lib, "algo": algo, "seed": seed, "steps": a.steps,
+                                               "process_seconds": seconds, "curve": curve}) + "\n")
+    return f"[done] {d.name}: score {curve[-1]['normalized_score']:.1f} after {seconds:.0f} s"
+
+
+# ------------------------------------------------------------------------------------------------------ summary
+def _ms(xs: list[float]) -> str:
+    if not xs:
+        return "—"
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+
+
+def welch(x: list[float], y: list[float]) -> tuple[float, float] | None:
+    """Welch's t statistic and its degrees of freedom (None with fewer than two of either)."""
+    if len(x) < 2 or len(y) < 2:
+        return None
+    vx, vy = statistics.variance(x) / len(x), statistics.variance(y) / len(y)
+    if vx + vy == 0:
+        return None
+    t = (statistics.mean(x) - statistics.mean(y)) / math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
+    return t, df
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """Two-sided p of Student's t (regularized incomplete beta by continued fraction; no scipy needed)."""
+    x = df / (df + t * t)
+    a, b = df / 2, 0.5
+    lbeta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    front = math.exp(a * math.log(x) + b * math.log1p(-x) - lbeta) / a
+    # Lentz's continued fraction for I_x(a, b)
+    f, c, dd = 1.0, 1.0, 0.0
+    for i in range(200):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        dd = 1 + num * dd
+        dd = 1 / (dd if abs(dd) > 1e-30 else 1e-30)
+        c = 1 + num / c
+        c = c if abs(c) > 1e-30 else 1e-30
+        f *= c * dd
+        if abs(1 - c * dd) < 1e-12:
+            break
+    return min(1.0, front * (f - 1))
+
+
+def summarize(a: argparse.Namespace) -> None:
+    results = {}
+    for p in sorted(a.runs_dir.glob("*/result.json")):
+        r = json.loads(p.read_text())
+        results.setdefault((r["algo"], r["library"]), []).append(r)
+    if not results:
+        raise SystemExit(f"no complete runs in {a.runs_dir}")
+    grid = json.loads((a.runs_dir / "grid.json").read_text()) if (a.runs_dir / "grid.json").is_file() else {}
+    md = ["# Model-free rows against d3rlpy: IQL and CQL on the same regenerated file, budget and seeds", "",
+          f"- Dataset `{grid.get('dataset', '?')}` (`{grid.get('data', '?')}`), env `{grid.get('env', '?')}`; "
+          "REGENERATED D4RL-protocol data on Gymnasium MuJoCo v5, not D4RL's files",
+          f"- Grid commands: see `{a.runs_dir.relative_to(ROOT) if a.runs_dir.is_relative_to(ROOT) else a.runs_dir}"
+          "/commands.txt`; settings in the docstring of `experiments/d4rl/d3rlpy_compare.py`",
+          "- Each run: one process, one torch thread; evaluation by ctrl_rl's evaluator on both sides (same env, "
+          "episode seeds, deterministic actions); normalized with the D4RL v2 references; best of run is the "
+          "highest evaluation of each run (optimistic: it picks with the test episodes); process s includes data "
+          "loading and the evaluations (the same episodes on both sides); runs of both libraries ran in turns, "
+          "two at a time",
+          f"- Summarized {datetime.date.today()} at commit {_commit()}", "",
+          "| algo | library | steps | seeds | final score (mean ± std) | per seed | median | best of run (mean) "
+          "| gradient steps/s (median) | process s (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    payload = {"grid": grid, "rows": []}
+    for (algo, lib), rs in sorted(results.items()):
+        rs.sort(key=lambda r: r["seed"])
+        finals = [r["curve"][-1]["normalized_score"] for r in rs]
+        best = [max(c["normalized_score"] for c in r["curve"]) for r in rs]
+        rate = [train_rate(r) for r in rs]
+        proc = [r['process_seconds'] for r in rs]
+        md.append(f"| {algo} | {lib} | {rs[0]['steps']:,} | {', '.join(str(r['seed']) for r in rs)} | {_ms(finals)} | "
+                  f"{', '.join(f'{x:.1f}' for x in finals)} | {statistics.median(finals):.1f} | {_ms(best)} | "
+                  f"{statistics.median(rate):.1f} | {statistics.median(proc):.0f} |")
+        payload["rows"].append({"algo": algo, "library": lib, "seeds": [r["seed"] for r in rs], "final": finals,
+                                "best": best, "steps_per_s": rate,
+                                "process_seconds": proc})
+    md.append("")
+    for algo in ALGOS:
+        x = [r["curve"][-1]["normalized_score"] for r in results.get((algo, "ctrl_rl"), [])]
+        y = [r["curve"][-1]["normalized_score"] for r in results.get((algo, "d3rlpy"), [])]
+        w = welch(x, y)
+        if w is None:
+            continue
+        t, df = w
+        md.append(f"- {algo.upper()}: ctrl_rl − d3rlpy = {statistics.mean(x) - statistics.mean(y):+.1f} points "
+                  f"(Welch t = {t:.2f}, df = {df:.1f}, two-sided p = {t_two_sided_p(t, df):.2f}; n = {len(x)} vs {len(y)})")
+    (RESULTS / "d3rlpy_compare.md").write_text("\n".join(md) + "\n")
+    (RESULTS / "d3rlpy_compare.json").write_text(json.dumps(payload, indent=1) + "\n")
+    plot(results, RESULTS / "d3rlpy_compare.png")
+    print("\n".join(md))
+    print(f"wrote {RESULTS / 'd3rlpy_compare.md'}, .json, .png")
+
+
+def train_rate(r: dict) -> float:
+    """Gradient steps/s without the evaluations: ctrl_rl's loop logs ``updates_per_s`` (median of its rows); d3rlpy's
+    worker times its fit and its evaluations (steps / (fit time - evaluation time), fit set-up included)."""
+    if r["library"] == "ctrl_rl":
+        return statistics.median(c["updates_per_s"] for c in r["curve"] if c.get("updates_per_s"))
+    last = r["curve"][-1]
+    return last["step"] / (last["wall_time"] - last["eval_time"])
+
+
+def _commit() -> str:
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() or "?"
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    algos = sorted({k[0] for k in results})
+    fig, axes = plt.subplots(1, len(algos), figsize=(5 * len(algos), 3.6), squeeze=False)
+    for ax, algo in zip(axes[0], algos):
+        for lib, colour in zip(LIBS, ("tab:blue", "tab:orange")):
+            rs = results.get((algo, lib), [])
+            for r in rs:
+                ax.plot([c["step"] for c in r["curve"]], [c["normalized_score"] for c in r["curve"]], color=colour,
+                        alpha=0.25, lw=0.8)
+            if rs:
+                steps = [c["step"] for c in rs[0]["curve"]]
+                mean = [statistics.mean(r["curve"][i]["normalized_score"] for r in rs if len(r["curve"]) > i)
+                        for i in range(len(steps))]
+                ax.plot(steps, mean, color=colour, lw=2, label=f"{lib} (n={len(rs)})")
+        ax.set_title(algo.upper())
+        ax.set_xlabel("gradient steps")
+        ax.set_ylabel("D4RL-normalized score")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -------------------------------------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default="hopper-medium-v5", help="dataset id or HDF5 path")
+    ap.add_argument("--env", default=None, help="default: the dataset's task, v5")
+    ap.add_argument("--algos", nargs="+", choices=ALGOS, default=["iql"])
+    ap.add_argument("--libs", nargs="+", choices=LIBS, default=list(LIBS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=30_000, help="gradient steps per run")
+    ap.add_argument("--eval-every", type=int, default=5_000)
+    ap.add_argument("--eval-episodes", type=int, default=10)
+    ap.add_argument("--ctrl-args", default="", help="extra `ctrl-rl train` flags of the ctrl_rl runs")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "d3rlpy_compare")
+    ap.add_argument("--summarize", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--algo", help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--run-dir", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.env is None:
+        name = Path(a.dataset).stem.split("-")[0]
+        a.env = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "halfcheetah": "HalfCheetah-v5",
+                 "ant": "Ant-v5"}.get(name)
+        if a.env is None:
+            ap.error(f"cannot tell the env of dataset {a.dataset!r}: pass --env")
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    if a.worker:
+        return run_d3rlpy(a)
+    a.runs_dir = a.runs_dir.resolve()
+    if a.summarize:
+        return summarize(a)
+    from ctrl_rl.storage.datasets.cache import resolve_dataset_id
+
+    data = str(Path(a.dataset).resolve()) if Path(a.dataset).is_file() else str(resolve_dataset_id(a.dataset))
+    a.runs_dir.mkdir(parents=True, exist_ok=True)
+    grid_file = a.runs_dir / "grid.json"
+    grid = json.loads(grid_file.read_text()) if grid_file.is_file() else {}
+    if grid.get("data", data) != data:
+        raise SystemExit(f"{a.runs_dir} holds runs on {grid['data']}: pass another --runs-dir for {data}")
+    grid.update(dataset=a.dataset, data=data, env=a.env)
+    for algo in a.algos:
+        grid[algo] = {"steps": a.steps, "eval_every": a.eval_every, "eval_episodes": a.eval_episodes,
+                      "ctrl_args": a.ctrl_args}
+    grid_file.write_text(json.dumps(grid, indent=1) + "\n")
+    jobs = [(lib, algo, s) for algo in a.algos for s in a.seeds for lib in a.libs]  # libraries interleaved
+    with ThreadPoolExecutor(a.jobs) as pool:
+        for msg in pool.map(lambda j: one(a, *j, data), jobs):
+            print(msg, flush=True)
+    summarize(a)
+
+
+if __name__ == "__main__":
+    main()
