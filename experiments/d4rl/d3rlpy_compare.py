@@ -205,14 +205,20 @@ def welch(x: list[float], y: list[float]) -> tuple[float, float] | None:
 
 
 def t_two_sided_p(t: float, df: float) -> float:
-    """Two-sided p of Student's t (regularized incomplete beta by continued fraction; no scipy needed)."""
-    x = df / (df + t * t)
-    a, b = df / 2, 0.5
+    """Two-sided p of Student's t with ``df`` degrees of freedom: I_x(df/2, 1/2) at x = df / (df + t^2)."""
+    return min(1.0, _ibeta(df / (df + t * t), df / 2, 0.5))
+
+
+def _ibeta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz; no scipy needed)."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast below this point: use the symmetry
+        return 1.0 - _ibeta(1.0 - x, b, a)
     lbeta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     front = math.exp(a * math.log(x) + b * math.log1p(-x) - lbeta) / a
-    # Lentz's continued fraction for I_x(a, b)
-    f, c, dd = 1.0, 1.0, 0.0
-    for i in range(200):
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
         m = i // 2
         if i == 0:
             num = 1.0
@@ -220,14 +226,14 @@ def t_two_sided_p(t: float, df: float) -> float:
             num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
         else:
             num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        dd = 1 + num * dd
-        dd = 1 / (dd if abs(dd) > 1e-30 else 1e-30)
+        d = 1 + num * d
+        d = 1 / (d if abs(d) > 1e-30 else 1e-30)
         c = 1 + num / c
         c = c if abs(c) > 1e-30 else 1e-30
-        f *= c * dd
-        if abs(1 - c * dd) < 1e-12:
+        f *= c * d
+        if abs(1 - c * d) < 1e-12:
             break
-    return min(1.0, front * (f - 1))
+    return front * (f - 1)
 
 
 def summarize(a: argparse.Namespace) -> None:
