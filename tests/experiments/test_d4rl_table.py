@@ -175,3 +175,18 @@ def test_dry_run_prints_the_commands(table, tmp_path, capsys):
     # iql, cql on medium; rlpd, wsrl, retained; two fits; mopo, ravl, neubay
     assert len([x for x in lines if x.startswith("train ")]) == 10
     assert sorted(p.name for p in runs.iterdir()) == ["hopper-medium-replay-v5"]  # nothing written
+
+
+def test_dry_run_shared_model_and_capped_fit(table, tmp_path, capsys):
+    """--neubay-model shared: one fit per dataset, loaded by every model-based agent; --dynamics-epochs caps it;
+    --mb-algos alone, without model-free rows (--offline-algos with no names)."""
+    runs = tmp_path / "runs"
+    table.main(GRID + ["--seeds", "0", "1", "--o2o-datasets", "--offline-algos", "--mb-algos", "mopo", "neubay",
+                       "--neubay-model", "shared", "--dynamics-epochs", "3", "--mb-steps", "40", "--runs-dir", str(runs),
+                       "--dry-run"])
+    lines = [x.split("ctrl_rl ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
+    train = [x for x in lines if x.startswith("train ")]
+    fit = runs / "hopper-medium-v5" / "dynamics"
+    assert [x.split()[1] for x in train] == ["dynamics", "mopo", "neubay", "mopo", "neubay"]
+    assert train[0].endswith(f"--run-dir {fit} --no-progress --total-steps 3")
+    assert all(f"--model {fit} " in x and "--total-steps 40 " in x for x in train[1:])
