@@ -244,6 +244,7 @@ def summarize(a: argparse.Namespace) -> None:
     if not results:
         raise SystemExit(f"no complete runs in {a.runs_dir}")
     grid = json.loads((a.runs_dir / "grid.json").read_text()) if (a.runs_dir / "grid.json").is_file() else {}
+    own = dataset_score(grid)
     md = ["# Model-free rows against d3rlpy: IQL and CQL on the same regenerated file, budget and seeds", "",
           f"- Dataset `{grid.get('dataset', '?')}` (`{grid.get('data', '?')}`), env `{grid.get('env', '?')}`; "
           "REGENERATED D4RL-protocol data on Gymnasium MuJoCo v5, not D4RL's files",
@@ -254,6 +255,9 @@ def summarize(a: argparse.Namespace) -> None:
           "highest evaluation of each run (optimistic: it picks with the test episodes); process s includes data "
           "loading and the evaluations (the same episodes on both sides); runs of both libraries ran in turns, "
           "two at a time",
+          f"- The dataset itself: mean return of its complete episodes "
+          + (f"{own[0]:.1f}, normalized {own[1]:.1f} (`ctrl-rl data info`; dashed line in the plot)" if own else
+             "not available"),
           f"- Summarized {datetime.date.today()} at commit {_commit()}", "",
           "| algo | library | steps | seeds | final score (mean ± std) | per seed | median | best of run (mean) "
           "| gradient steps/s (median) | process s (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -282,7 +286,7 @@ def summarize(a: argparse.Namespace) -> None:
                   f"(Welch t = {t:.2f}, df = {df:.1f}, two-sided p = {t_two_sided_p(t, df):.2f}; n = {len(x)} vs {len(y)})")
     (RESULTS / "d3rlpy_compare.md").write_text("\n".join(md) + "\n")
     (RESULTS / "d3rlpy_compare.json").write_text(json.dumps(payload, indent=1) + "\n")
-    plot(results, RESULTS / "d3rlpy_compare.png")
+    plot(results, RESULTS / "d3rlpy_compare.png", own[1] if own else None)
     print("\n".join(md))
     print(f"wrote {RESULTS / 'd3rlpy_compare.md'}, .json, .png")
 
@@ -301,7 +305,19 @@ def _commit() -> str:
     return r.stdout.strip() or "?"
 
 
-def plot(results: dict, path: Path) -> None:
+def dataset_score(grid: dict) -> tuple[float, float] | None:
+    """(mean episode return, D4RL-normalized score) of the grid's data file (`ctrl-rl data info`), or None."""
+    if not grid.get("data") or not Path(grid["data"]).is_file():
+        return None
+    r = subprocess.run([sys.executable, "-m", "ctrl_rl", "data", "info", grid["data"], "--env", grid["env"], "--refs",
+                        "d4rl"], cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    return info["return_mean"], info["normalized_score"]
+
+
+def plot(results: dict, path: Path, dataset_level: float | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -320,6 +336,8 @@ def plot(results: dict, path: Path) -> None:
                 mean = [statistics.mean(r["curve"][i]["normalized_score"] for r in rs if len(r["curve"]) > i)
                         for i in range(len(steps))]
                 ax.plot(steps, mean, color=colour, lw=2, label=f"{lib} (n={len(rs)})")
+        if dataset_level is not None:
+            ax.axhline(dataset_level, color="grey", ls="--", lw=1, label="dataset's own average")
         ax.set_title(algo.upper())
         ax.set_xlabel("gradient steps")
         ax.set_ylabel("D4RL-normalized score")
