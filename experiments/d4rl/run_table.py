@@ -639,8 +639,8 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
         md += ["", "### WSRL checks (ALGORITHMS.md §1.5)", ""]
         for ds in g["o2o_datasets"]:
             md += wsrl_checks(ds, by) + [""]
-    md.append("Plots: `d4rl_offline.png` (offline learning curves), `d4rl_o2o.png` (online curves; dotted: end of the "
-              "warm-up).")
+    md.append("Plots: `d4rl_offline.png` (offline learning curves; dotted grey: the dataset's own average)"
+              + (", `d4rl_o2o.png` (online curves; dotted: end of the warm-up)." if g["o2o_datasets"] else "."))
     text = "\n".join(md) + "\n"
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -658,10 +658,13 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
     payload = {"grid": g, "grid_command": grid_command, "offline": table1, "o2o": table2,
                "runs": [s for s in summaries if s["curve"]]}
     (out_dir / "d4rl.json").write_text(json.dumps(payload, indent=1) + "\n")
-    plot(by, offline_ds, offline_methods, out_dir / "d4rl_offline.png", "gradient steps", published=True)
-    plot(by, g["o2o_datasets"], O2O, out_dir / "d4rl_o2o.png", "online env steps", published=False)
+    plot(by, offline_ds, offline_methods, out_dir / "d4rl_offline.png", "gradient steps", published=True,
+         levels={r["dataset"]: (r["dataset_average"] or {}).get("d4rl") for r in table1})
+    if g["o2o_datasets"]:
+        plot(by, g["o2o_datasets"], O2O, out_dir / "d4rl_o2o.png", "online env steps", published=False)
     print(text)
-    print(f"wrote {out_dir / 'd4rl.md'}, d4rl.csv, d4rl.json, d4rl_offline.png, d4rl_o2o.png")
+    print(f"wrote {out_dir / 'd4rl.md'}, d4rl.csv, d4rl.json, d4rl_offline.png"
+          + (", d4rl_o2o.png" if g["o2o_datasets"] else ""))
     return payload
 
 
@@ -721,8 +724,10 @@ def _commit() -> str:
     return (r.stdout.strip() or "unknown") + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def plot(by: dict, datasets: list[str], methods: tuple[str, ...], dest: Path, xlabel: str, published: bool) -> None:
-    """One panel per dataset: mean normalized score over seeds per evaluation step, ± std band."""
+def plot(by: dict, datasets: list[str], methods: tuple[str, ...], dest: Path, xlabel: str, published: bool,
+         levels: dict[str, float] | None = None) -> None:
+    """One panel per dataset: mean normalized score over seeds per evaluation step, ± std band; ``levels``: the
+    dataset's own average score (a grey dotted line)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -755,6 +760,8 @@ def plot(by: dict, datasets: list[str], methods: tuple[str, ...], dest: Path, xl
             warm = next((r["warmup_steps"] for r in by.get((m, ds), []) if r["warmup_steps"]), None)
             if not published and m == "wsrl" and warm:
                 ax.axvline(warm, ls=":", lw=0.9, color="gray")
+        if levels and levels.get(ds) is not None:
+            ax.axhline(levels[ds], ls=":", lw=1.2, color="gray", label="the dataset's own average")
         cql = _mean(by.get(("cql", ds), []), "final_score_d4rl")
         if not published and cql is not None:
             ax.axhline(cql, ls="--", lw=0.9, color="gray", label="CQL final (offline)")
