@@ -255,7 +255,7 @@ def summarize(a: argparse.Namespace) -> None:
           "highest evaluation of each run (optimistic: it picks with the test episodes); process s includes data "
           "loading and the evaluations (the same episodes on both sides); runs of both libraries ran in turns, "
           "two at a time",
-          f"- The dataset itself: mean return of its complete episodes "
+          "- The dataset itself: mean return of its complete episodes "
           + (f"{own[0]:.1f}, normalized {own[1]:.1f} (`ctrl-rl data info`; dashed line in the plot)" if own else
              "not available"),
           f"- Summarized {datetime.date.today()} at commit {_commit()}", "",

@@ -1,23 +1,16 @@
 """experiments/d4rl/d3rlpy_compare.py without training: its t-test and the summary of fabricated runs."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import experiment_script
 
 
 @pytest.fixture(scope="module")
 def compare():
-    spec = importlib.util.spec_from_file_location("d3rlpy_compare", ROOT / "experiments" / "d4rl" / "d3rlpy_compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    with experiment_script("experiments/d4rl/d3rlpy_compare.py", "d3rlpy_compare") as mod:
+        yield mod
 
 
 @pytest.mark.parametrize("t,df,p", [(0.0, 5, 1.0), (2.0, 10, 0.07339), (-2.0, 10, 0.07339), (2.228, 10, 0.05),

@@ -2,9 +2,7 @@
 missing and incomplete runs, local references, the WSRL checks) and the commands --dry-run prints."""
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,18 +11,16 @@ from ctrl_rl.learn.checkpoint import save_checkpoint
 from ctrl_rl.storage.datasets.cache import DATA_DIR_ENV
 from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES
 
+from tests.scripts import experiment_script
+
 ROOT = Path(__file__).resolve().parents[2]
 H = D4RL_REFERENCES["hopper"]
 
 
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location("d4rl_run_table", ROOT / "experiments" / "d4rl" / "run_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    with experiment_script("experiments/d4rl/run_table.py", "d4rl_run_table") as mod:
+        yield mod
 
 
 def ret(score: float) -> float:

@@ -1,9 +1,6 @@
 """experiments/model_based/q_truth.py: the Monte Carlo value it measures in the true simulator, checked against
 gymnasium's Hopper stepped by hand from the same dataset states and actions."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -15,19 +12,16 @@ from ctrl_rl.learn.evaluate import load_policy
 from ctrl_rl.storage.datasets import load_dataset
 from ctrl_rl.world_models.true_dynamics import TrueDynamicsEnv
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import experiment_script
+
 FLAGS = ["--batch-size", "32", "--rollout-starts", "16", "--rollout-every", "5", "--retain-rounds", "2",
          "--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--no-progress", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
 def q_truth():
-    spec = importlib.util.spec_from_file_location("q_truth", ROOT / "experiments" / "model_based" / "q_truth.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop(spec.name, None)
+    with experiment_script("experiments/model_based/q_truth.py", "q_truth") as mod:
+        yield mod
 
 
 def test_monte_carlo_value_equals_hand_stepped_hopper(q_truth, hopper_dataset, tmp_path):
