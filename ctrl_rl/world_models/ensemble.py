@@ -418,32 +418,27 @@ def evaluate(model: EnsembleDynamics, x: torch.Tensor, y: torch.Tensor, terminat
 _CHUNK = 1 << 24  # elements per temporary of the index tables (64 MB of float32 keys)
 
 
-def _chunked_rows(E: int, N: int, make: Callable[[int], torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """An [E,N] table of ``dtype`` filled by ``make(e)`` ([e,N]) a few member rows at a time, so that the
-    temporaries stay near ``_CHUNK`` elements. The rows come from the generator in the same order as one [E,N]
-    call would draw them (CPU generators fill row-major)."""
+def _chunked_rows(E: int, N: int, make: Callable[[int, int], torch.Tensor], dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """An [E,N] table of ``dtype`` filled by ``make(e0, e1)`` (rows e0..e1-1, [e1-e0,N]) a few member rows at a
+    time, so that the temporaries stay near ``_CHUNK`` elements. The rows come from the generator in the same order
+    as one [E,N] call would draw them (CPU generators fill row-major)."""
+    out = torch.empty((E, N), dtype=dtype, device=device)
     step = max(1, _CHUNK // max(N, 1))
-    first = make(min(step, E))
-    out = torch.empty((E, N), dtype=dtype, device=first.device)
-    out[: first.shape[0]] = first
-    for e0 in range(first.shape[0], E, step):
+    for e0 in range(0, E, step):
         e1 = min(E, e0 + step)
-        out[e0:e1] = make(e1 - e0)
+        out[e0:e1] = make(e0, e1)
     return out
 
 
 def _member_orders(boot: torch.Tensor | None, E: int, N: int, generator: torch.Generator | None, dev: torch.device,
                    dtype: torch.dtype) -> torch.Tensor:
     """A random permutation of each member's rows (of its bootstrap resample ``boot`` [E,N] when given): [E,N]."""
-    state = {"e0": 0}
+    def make(e0: int, e1: int) -> torch.Tensor:
+        order = torch.rand(e1 - e0, N, generator=generator, device=dev).argsort(1)  # [e,N] int64
+        return boot[e0:e1].long().gather(1, order) if boot is not None else order
 
-    def make(e: int) -> torch.Tensor:
-        order = torch.rand(e, N, generator=generator, device=dev).argsort(1)  # [e,N] int64
-        e0 = state["e0"]
-        state["e0"] = e0 + e
-        return boot[e0:e0 + e].long().gather(1, order) if boot is not None else order
-
-    return _chunked_rows(E, N, make, dtype)
+    return _chunked_rows(E, N, make, dtype, dev)
 
 
 def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch.Generator | None = None,
@@ -467,8 +462,8 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
     t_tr, t_ho = (term[train], term[hold]) if term is not None else (None, None)
     N = x_tr.shape[0]
     idx_dtype = torch.int32 if N < 2**31 else torch.int64  # [E,N] index tables: 128 members x 1M rows in int32 is 0.5 GB
-    boot = _chunked_rows(E, N, lambda e: torch.randint(N, (e, N), generator=generator, device=dev), idx_dtype) \
-        if cfg.bootstrap else None  # [E,N] the bootstrap resample of each member
+    boot = _chunked_rows(E, N, lambda e0, e1: torch.randint(N, (e1 - e0, N), generator=generator, device=dev),
+                         idx_dtype, dev) if cfg.bootstrap else None  # [E,N] the bootstrap resample of each member
     opt = make_optimizer(model)
     params = list(model.parameters())  # every parameter has the member axis first
     best_params = [p.detach().clone() for p in params]

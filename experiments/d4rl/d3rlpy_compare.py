@@ -39,6 +39,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -166,8 +167,6 @@ def one(a: argparse.Namespace, lib: str, algo: str, seed: int, data: str) -> str
     if (d / "result.json").is_file():
         return f"[done] {d.name}: complete"
     if d.exists():  # an unfinished run: afresh
-        import shutil
-
         shutil.rmtree(d)
     cmd = command(a, lib, algo, seed, data)
     with (a.runs_dir / "commands.txt").open("a") as f:

@@ -244,7 +244,8 @@ def test_index_tables_drawn_in_chunks_equal_one_draw(monkeypatch):
     order_ref = boot_ref.gather(1, torch.rand(E, N, generator=ref_gen).argsort(1))
     monkeypatch.setattr(ensemble_mod, "_CHUNK", 2 * N)  # two members per chunk: chunks of 2, 2, 2, 1
     gen = torch.Generator().manual_seed(3)
-    boot = ensemble_mod._chunked_rows(E, N, lambda e: torch.randint(N, (e, N), generator=gen), torch.int32)
+    boot = ensemble_mod._chunked_rows(E, N, lambda e0, e1: torch.randint(N, (e1 - e0, N), generator=gen), torch.int32,
+                                      torch.device("cpu"))
     order = ensemble_mod._member_orders(boot, E, N, gen, torch.device("cpu"), torch.int32)
     assert boot.dtype == torch.int32 and torch.equal(boot.long(), boot_ref)
     assert torch.equal(order.long(), order_ref)
