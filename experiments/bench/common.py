@@ -37,3 +37,24 @@ def run_preset(preset: str, seed: int, total_steps: int, algo: str = "ppo", extr
         seconds = time.perf_counter() - t0  # includes interpreter start-up and imports
         rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
     return rows, seconds
+
+
+def git_commit() -> str:
+    """The short commit of the checkout the scripts run from, ``+dirty`` when tracked files differ from it."""
+    import subprocess
+
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True)
+    return (r.stdout.strip() or "unknown") + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:
+    """`ctrl-rl data info PATH --env ENV --refs REFS` (episodes, return_mean, normalized_score, ...), or None when
+    it fails."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ctrl_rl", "data", "info", str(path), "--env", env, "--refs", refs],
+                       cwd=ROOT, capture_output=True, text=True)
+    return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT  # noqa: E402
+from common import RESULTS, ROOT, dataset_info, git_commit  # noqa: E402
 
 LIBS = ("ctrl_rl", "d3rlpy")
 ALGOS = ("iql", "cql")
@@ -155,10 +155,10 @@ def command(a: argparse.Namespace, lib: str, algo: str, seed: int, data: str) ->
 
 
 def read_curve(d: Path) -> list[dict]:
-    p = d / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    """The evaluation rows of a run's metrics.jsonl (none without the file)."""
+    from ctrl_rl.learn.logging import read_metrics
+
+    rows = read_metrics(d) if (d / "metrics.jsonl").is_file() else []
     return [r for r in rows if r.get("episode_return") is not None]
 
 
@@ -257,7 +257,7 @@ def summarize(a: argparse.Namespace) -> None:
           "- The dataset itself: mean return of its complete episodes "
           + (f"{own[0]:.1f}, normalized {own[1]:.1f} (`ctrl-rl data info`; dashed line in the plot)" if own else
              "not available"),
-          f"- Summarized {datetime.date.today()} at commit {_commit()}", "",
+          f"- Summarized {datetime.date.today()} at commit {git_commit()}", "",
           "| algo | library | steps | seeds | final score (mean ± std) | per seed | median | best of run (mean) "
           "| gradient steps/s (median) | process s (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
     payload = {"grid": grid, "rows": []}
@@ -299,21 +299,12 @@ def train_rate(r: dict) -> float:
     return last["step"] / (last["wall_time"] - last["eval_time"])
 
 
-def _commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return r.stdout.strip() or "?"
-
-
 def dataset_score(grid: dict) -> tuple[float, float] | None:
     """(mean episode return, D4RL-normalized score) of the grid's data file (`ctrl-rl data info`), or None."""
     if not grid.get("data") or not Path(grid["data"]).is_file():
         return None
-    r = subprocess.run([sys.executable, "-m", "ctrl_rl", "data", "info", grid["data"], "--env", grid["env"], "--refs",
-                        "d4rl"], cwd=ROOT, capture_output=True, text=True)
-    if r.returncode != 0:
-        return None
-    info = json.loads(r.stdout.strip().splitlines()[-1])
-    return info["return_mean"], info["normalized_score"]
+    info = dataset_info(grid["data"], grid["env"])
+    return (info["return_mean"], info["normalized_score"]) if info else None
 
 
 def plot(results: dict, path: Path, dataset_level: float | None = None) -> None:

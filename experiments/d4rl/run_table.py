@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT  # noqa: E402
+from common import RESULTS, ROOT, dataset_info, git_commit  # noqa: E402
 
 ENVS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "halfcheetah": "HalfCheetah-v5", "ant": "Ant-v5"}
 OFFLINE, O2O = ("iql", "cql"), ("wsrl", "rlpd", "retained")
@@ -424,13 +424,11 @@ def _score(env: str, ret: float, refs: str) -> float | None:
 
 def run_summary(job: Job) -> dict:
     """One run's row: budget, steps done, evaluation curve and the figures the tables need."""
-    from ctrl_rl.learn.logging import read_metrics
-
     d = job.run_dir
     cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").is_file() else {}
     env = cfg.get("run", {}).get("env") or env_of(job.dataset)
     key = "episode_return" if job.scored else "eval_return"
-    rows = read_metrics(d) if (d / "metrics.jsonl").is_file() else []
+    rows = _metrics(d)
     evals = [r for r in rows if r.get(key) is not None and r.get("phase") != "offline"]
     curve = [(int(r["step"]), r.get("normalized_score") if r.get("normalized_score") is not None
               else _score(env, r[key], "d4rl"), r[key]) for r in evals]
@@ -553,7 +551,7 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
           "dynamics differ from D4RL's v2 / mujoco-py ones and the behaviour policies are different, so the "
           "published columns are for different data and only roughly comparable.", "",
           f"- Grid command: `{grid_command}`", f"- Summarized by: `{summarize_command}` "
-          f"({datetime.date.today().isoformat()}, commit {_commit()})",
+          f"({datetime.date.today().isoformat()}, commit {git_commit()})",
           f"- Offline: {g['offline_steps']:,} gradient steps, evaluation every {g['eval_every']:,} steps; online: "
           f"{g['online_steps']:,} env steps, evaluation every {g['online_eval_every']:,}; {g['eval_episodes']} "
           f"episodes of the deterministic policy per evaluation",
@@ -702,11 +700,9 @@ def dataset_average(ds: str, data: str, runs: Path) -> dict | None:
     if key not in cache:
         out = {}
         for refs in ("d4rl", "local"):
-            r = subprocess.run([sys.executable, "-m", "ctrl_rl", "data", "info", str(path), "--env", env_of(ds),
-                                "--refs", refs], cwd=ROOT, capture_output=True, text=True)
-            if r.returncode != 0:
+            info = dataset_info(path, env_of(ds), refs)
+            if info is None:
                 return None
-            info = json.loads(r.stdout.strip().splitlines()[-1])
             out.update(return_mean=info["return_mean"], episodes=info["episodes"], **{refs: info["normalized_score"]})
         cache[key] = out
         if runs.is_dir():
@@ -716,12 +712,6 @@ def dataset_average(ds: str, data: str, runs: Path) -> dict | None:
 
 def _rel(p: Path) -> str:
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
-
-
-def _commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True)
-    return (r.stdout.strip() or "unknown") + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def plot(by: dict, datasets: list[str], methods: tuple[str, ...], dest: Path, xlabel: str, published: bool,

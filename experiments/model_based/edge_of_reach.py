@@ -41,8 +41,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "experiments" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from common import RESULTS, ROOT, git_commit  # noqa: E402
+
 PAPER_STEPS, PAPER_STARTS = 3_000_000, 50_000  # ALGORITHMS.md §4.2: 3000 epochs x 1000 steps, 50k starts per epoch
 ALGOS = ("mbpo", "ravl")
 LEVELS = ("random", "medium", "medium-replay", "expert", "medium-expert")
@@ -332,7 +333,7 @@ def summarize(a: argparse.Namespace, argv: list[str], quiet: bool = False) -> di
               "fraction_of_paper_steps": {algo: steps_of(a, algo) / PAPER_STEPS for algo in a.algos}, "fraction_of_paper_starts": a.starts / PAPER_STARTS}
     text = reading(runs, scales) if runs else "No run has logged yet."
     payload = {"experiment": "edge-of-reach with the true dynamics (ALGORITHMS.md §4)", "command": this,
-               "date": datetime.date.today().isoformat(), "commit": _commit(), "env": a.env, "dataset": a.dataset,
+               "date": datetime.date.today().isoformat(), "commit": git_commit(), "env": a.env, "dataset": a.dataset,
                "seed": a.seed, "budget": budget, "value_scales": scales, "reading": text,
                "runs": {k: {kk: vv for kk, vv in v.items() if kk != "config"} | {"run_config": v["config"].get("run"),
                                                                                "algo_config": v["config"].get("config")}
@@ -426,11 +427,6 @@ def plot(runs: dict, scales: dict | None, dest: Path, a: argparse.Namespace) -> 
     fig.tight_layout()
     fig.savefig(dest, dpi=110)
     plt.close(fig)
-
-
-def _commit() -> str:
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return r.stdout.strip() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT  # noqa: E402
+from common import RESULTS, git_commit  # noqa: E402
 
 
 def measure(run_dir: Path, ds, states: int, horizon: int, seed: int) -> dict:
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     if "qpos" not in ds.infos or "qvel" not in ds.infos:
         raise SystemExit(f"{a.dataset} has no infos/qpos and infos/qvel: expected a `ctrl-rl data generate` dataset")
     rows = [measure(r, ds, a.states, a.horizon, a.seed) for r in a.runs]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = git_commit()
     cmd = "python experiments/model_based/q_truth.py " + " ".join(str(r) for r in a.runs) + \
         f" --dataset {a.dataset} --states {a.states} --horizon {a.horizon} --seed {a.seed}"
     md = ["# The critics' Q against the true value of the policy (true simulator)", "",
