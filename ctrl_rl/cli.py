@@ -1,8 +1,9 @@
-"""The `ctrl-rl` command line: train, eval, data, plot, list.
+"""The `ctrl-rl` command line: train, eval, export, data, plot, list.
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
+    ctrl-rl export RUN_DIR_OR_CHECKPOINT [--format onnx pt2] [--out DIR]
     ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
     ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5 --level random|medium|expert|medium-expert|medium-replay|all
                           [--steps N] [--seed K] [--num-envs N] [--workers W] [--out PATH] [--force] [--from-run DIR]
@@ -83,7 +84,8 @@ def _dispatch(argv: list[str]) -> int:
         print("usage:\n" + USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    commands = {"train": cmd_train, "eval": cmd_eval, "data": cmd_data, "plot": cmd_plot, "list": cmd_list}
+    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "data": cmd_data, "plot": cmd_plot,
+                "list": cmd_list}
     if cmd not in commands:
         raise UserInputError(f"unknown command {cmd!r}: expected one of {sorted(commands)}")
     return commands[cmd](rest)
@@ -356,6 +358,24 @@ def cmd_eval(args: list[str]) -> int:
     _check_flags(rest, _flag_names(EvalOptions), prog)
     opts = _tyro_parse(EvalOptions, rest, EvalOptions(), prog)
     print(json.dumps(evaluate_checkpoint(path, opts)))
+    return 0
+
+
+def cmd_export(args: list[str]) -> int:
+    from ctrl_rl.robots.export import ExportOptions, export_run
+
+    prog = "ctrl-rl export"
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: ctrl-rl export RUN_DIR_OR_CHECKPOINT [--format onnx pt2] [--out DIR] [--batch B] [--seed K]\n"
+              "  writes policy.onnx, policy.pt2 and policy.json (default: RUN_DIR/export) and checks each graph "
+              "against the eager policy")
+        return 0 if args else 2
+    path, rest = args[0], args[1:]
+    _check_flags(rest, _flag_names(ExportOptions), prog)
+    opts = _tyro_parse(ExportOptions, rest, ExportOptions(), prog)
+    meta = export_run(path, opts)
+    print(json.dumps({"out": meta["out"], "algo": meta["algo"], "env": meta["env"], "files": meta["files"],
+                      "parity": meta["parity"], "checkpoint_step": meta["checkpoint"]["step"]}))
     return 0
 
 

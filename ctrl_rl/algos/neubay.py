@@ -212,6 +212,19 @@ class LRU(nn.Module):
         h = self.lam() * h + self.drive(x)
         return self.read(h, x), h
 
+    def step_real(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step`` in real arithmetic (graphs without complex tensors: ONNX): ``h [N,H,2]`` holds the real and
+        imaginary parts; ``lambda = exp(-nu) (cos theta + i sin theta)``."""
+        r = torch.exp(-self.nu_log.exp())  # [H]
+        theta = self.theta_log.exp()  # [H]
+        lam_re, lam_im = r * torch.cos(theta), r * torch.sin(theta)  # [H] each
+        g = self.gamma_log.exp()  # [H]
+        h_re, h_im = h[..., 0], h[..., 1]  # [N,H] each
+        new_re = lam_re * h_re - lam_im * h_im + x @ self.B_re.T * g  # [N,H]
+        new_im = lam_re * h_im + lam_im * h_re + x @ self.B_im.T * g  # [N,H]
+        y = new_re @ self.C_re.T - new_im @ self.C_im.T + x * self.D  # [N,D]
+        return y, torch.stack([new_re, new_im], -1)
+
 
 def block(in_dim: int, out_dim: int) -> nn.Sequential:
     """The paper's MLP block: Linear + LayerNorm + LeakyReLU (slope 0.01)."""
@@ -239,6 +252,10 @@ class LRULayer(nn.Module):
         y, h = self.lru.step(self.norm(x), h)
         return self._glu(x, y), h
 
+    def step_real(self, x, h):
+        y, h = self.lru.step_real(self.norm(x), h)
+        return self._glu(x, y), h
+
 
 class HistoryEncoder(nn.Module):
     """Inputs ``x_t`` -> features ``z_t [D]`` of the history so far (input block, then the LRU layers)."""
@@ -264,6 +281,14 @@ class HistoryEncoder(nn.Module):
         z, hs = self.pre(x), []
         for i, layer in enumerate(self.layers):
             z, h = layer.step(z, hidden[:, i])
+            hs.append(h)
+        return z, torch.stack(hs, 1)
+
+    def step_real(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step`` with ``hidden [N,L,H,2]`` as real and imaginary parts (no complex tensors in the graph)."""
+        z, hs = self.pre(x), []
+        for i, layer in enumerate(self.layers):
+            z, h = layer.step_real(z, hidden[:, i])
             hs.append(h)
         return z, torch.stack(hs, 1)
 
@@ -307,7 +332,8 @@ class CriticHeads(nn.Module):
 class RecurrentPolicy(nn.Module):
     """Exported deterministic policy: ``forward(obs [N,O], prev_action [N,A], prev_reward [N], hidden [N,L,H,2])
     -> (action [N,A] in [-1, 1], hidden [N,L,H,2])``; ``hidden`` holds the real and imaginary parts of the actor's
-    LRU states (zeros at an episode's start, with zero previous action and reward). Traceable with
+    LRU states (zeros at an episode's start, with zero previous action and reward). Real arithmetic only
+    (``HistoryEncoder.step_real``), so it exports to ONNX; traceable with
     ``torch.jit.trace(policy, (obs, prev_action, prev_reward, hidden))``."""
 
     def __init__(self, encoder: HistoryEncoder, head: ActorHead):
@@ -318,8 +344,8 @@ class RecurrentPolicy(nn.Module):
         return torch.zeros(n, *self.encoder.hidden_shape, 2, device=self.encoder.pre[0].weight.device)
 
     def forward(self, obs, prev_action, prev_reward, hidden):
-        z, h = self.encoder.step(agent_inputs(obs, prev_action, prev_reward), torch.view_as_complex(hidden))
-        return torch.tanh(self.head(z)[0]), torch.view_as_real(h)
+        z, h = self.encoder.step_real(agent_inputs(obs, prev_action, prev_reward), hidden)
+        return torch.tanh(self.head(z)[0]), h
 
 
 def mixed_mean(values: torch.Tensor, real: torch.Tensor, real_weight: float

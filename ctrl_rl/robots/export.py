@@ -1,0 +1,320 @@
+"""Export a trained policy so it can leave Python: ONNX (onnxruntime) and ``torch.export`` ``.pt2``.
+
+``export_run(RUN)`` rebuilds the algorithm from the run's checkpoint (``learn.evaluate.load_policy``), takes its
+``exportable()`` module (the deterministic policy with the observation normaliser and image encoder inside) and
+wraps it in ``ExportModule``, which adds what a robot needs and the training loop kept outside the agent:
+
+- inputs in the env's own form: one tensor per observation part (``state`` float32 ``[B,O]``, ``image/<cam>``
+  uint8 ``[B,3,H,W]``, ...), named after the part with ``/`` written as ``.`` (``image.wrist``); any batch size;
+- the action rescaled from the agent's [-1, 1] to the env's bounds (``learn.runtime.build_env`` trains through
+  ``ActionRescale``; unbounded dimensions pass through), or the argmax index (int64) of a discrete policy;
+- a recurrent policy (an agent with ``reset_state``: NeuBay) takes ``prev_action`` (env units, as last sent),
+  ``prev_reward`` and ``hidden`` and returns ``(action, hidden)``; zeros start an episode.
+
+Next to the graphs, ``policy.json`` says everything a deployment needs and the same JSON sits in the ONNX model's
+``metadata_props`` under ``ctrl_rl``: observation parts (names, shapes, dtypes), action space (bounds, units),
+control rate, the robot spec when the env has one, the training config, the source checkpoint's sha256 and step,
+and the largest difference between onnxruntime and eager torch measured at export (``parity``). The export is
+written to a temporary directory and renamed into place: a failed export leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+
+from ctrl_rl.errors import UserInputError
+
+FORMATS = ("onnx", "pt2")
+FORMAT_VERSION = 1
+PARITY_TOL = 1e-5
+"""Largest |onnxruntime - eager| allowed at export (d3rlpy tests its exports at the same tolerance)."""
+
+
+def input_name(part: str) -> str:
+    """The graph input of an observation part: ``image/wrist`` -> ``image.wrist`` (no ``/`` in ONNX names)."""
+    return part.replace("/", ".")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class ExportModule(nn.Module):
+    """The exported graph: env-form observation parts in, the env's action out (module docstring).
+
+    ``forward(*parts)`` for a policy of the observation alone (parts in ``spec.parts`` order);
+    ``forward(*parts, prev_action, prev_reward, hidden) -> (action, hidden)`` for a recurrent one.
+    """
+
+    def __init__(self, policy: nn.Module, spec, recurrent: bool = False, env_spec=None):
+        """``spec``: the agent's (observation parts, [-1, 1] actions); ``env_spec``: the env's own spec under the
+        training wrappers, whose action bounds the graph's output is in (default ``spec``)."""
+        super().__init__()
+        self.policy, self.recurrent = policy, recurrent
+        self.flat, self.discrete = spec.is_flat, spec.discrete
+        self.part_names = [p.name for p in spec.parts]
+        if not spec.discrete:
+            bounds = env_spec or spec
+            low = torch.tensor(bounds.action_low, dtype=torch.float32)  # [A]
+            high = torch.tensor(bounds.action_high, dtype=torch.float32)  # [A]
+            finite = torch.isfinite(low) & torch.isfinite(high)  # [A]
+            # the inverse of ActionRescale: a in [-1, 1] -> low + (a + 1) / 2 * (high - low); unbounded: a itself
+            self.register_buffer("finite", finite)
+            self.register_buffer("scale", torch.where(finite, (high - low) / 2, torch.ones_like(low)))
+            self.register_buffer("bias", torch.where(finite, (high + low) / 2, torch.zeros_like(low)))
+
+    def _obs(self, parts: Sequence[torch.Tensor]):
+        return parts[0] if self.flat else dict(zip(self.part_names, parts))
+
+    def _to_env(self, a: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return a.long()
+        clipped = torch.where(self.finite, a.clamp(-1.0, 1.0), a)  # [B,A]
+        return clipped * self.scale + self.bias
+
+    def _to_agent(self, a: torch.Tensor) -> torch.Tensor:
+        return (a - self.bias) / self.scale  # [B,A]
+
+    def forward(self, *inputs: torch.Tensor):
+        if not self.recurrent:
+            return self._to_env(self.policy(self._obs(inputs)))
+        *parts, prev_action, prev_reward, hidden = inputs
+        a, h = self.policy(self._obs(parts), self._to_agent(prev_action), prev_reward, hidden)
+        return self._to_env(a), h
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    format: tuple[Literal["onnx", "pt2"], ...] = FORMATS
+    """Which artifacts to write: ``policy.onnx`` and/or ``policy.pt2``."""
+    out: str | None = None
+    """Output directory (default: ``RUN/export``); an existing export there is replaced."""
+    batch: int = 2
+    """Batch size of the example inputs (the graphs take any batch size; 2 keeps the batch dimension symbolic)."""
+    seed: int = 0
+    """Seed of the random example observations used for tracing and the parity check."""
+
+    def __post_init__(self) -> None:
+        fmts = tuple(self.format)
+        bad = [f for f in fmts if f not in FORMATS]
+        if not fmts or bad:
+            raise UserInputError(f"invalid --format {bad or fmts!r}: expected one or more of {list(FORMATS)}")
+        object.__setattr__(self, "format", fmts)
+        if self.batch < 2:
+            raise UserInputError(f"invalid --batch {self.batch!r}: expected an integer >= 2")
+
+
+def example_inputs(spec, batch: int, gen: torch.Generator, recurrent_hidden: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, ...]:
+    """Random env-form inputs of ``batch`` rows: normal floats, uint8 images, token ids below 100; a recurrent
+    policy's ``prev_action`` inside ``spec``'s action bounds (the env's), ``prev_reward`` and ``hidden`` follow."""
+    out = []
+    for p in spec.parts:
+        if p.dtype == torch.uint8:
+            out.append(torch.randint(0, 256, (batch, *p.shape), generator=gen, dtype=torch.uint8))
+        elif not p.dtype.is_floating_point:
+            out.append(torch.randint(0, 100, (batch, *p.shape), generator=gen).to(p.dtype))
+        else:
+            out.append(torch.randn((batch, *p.shape), generator=gen).to(p.dtype))
+    if recurrent_hidden is not None:
+        low = torch.tensor(spec.action_low).clamp(-1e3, 1e3)
+        high = torch.tensor(spec.action_high).clamp(-1e3, 1e3)
+        u = torch.rand((batch, spec.action_dim), generator=gen)  # [B,A]
+        out += [low + u * (high - low), torch.randn(batch, generator=gen),
+                torch.randn((batch, *recurrent_hidden.shape[1:]), generator=gen) * 0.1]
+    return tuple(out)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _robot_and_units(env, action_dim: int) -> tuple[dict | None, list[str]]:
+    """The env's robot spec (a task built on ``robots.spec`` has a ``robot`` attribute) and its action units
+    (``action_units``), else None and ``"env"`` per dimension (the env's own units, as its bounds)."""
+    base = env.unwrapped() if callable(getattr(env, "unwrapped", None)) else env
+    robot = getattr(base, "robot", None)
+    units = list(getattr(base, "action_units", ())) or ["env"] * action_dim
+    return (robot.to_dict() if robot is not None else None), units
+
+
+def _json_default(x):
+    if isinstance(x, torch.dtype):
+        return _dtype_name(x)
+    if isinstance(x, (set, frozenset, tuple)):
+        return list(x)
+    return str(x)
+
+
+def _export_onnx(module: ExportModule, args: tuple, names: list[str], outputs: list[str], path: Path) -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as e:
+        raise UserInputError(f"--format onnx needs the packages onnx and onnxscript ({e}): expected them installed "
+                             "(pip install 'ctrl-rl[export]'), or --format pt2") from None
+    # the dynamo exporter logs a warning per torchvision op it cannot register; torchvision is not used here
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+    batch = torch.export.Dim("batch", min=1)
+    dyn = (tuple({0: batch} for _ in args),)  # forward(*inputs): one var-positional parameter
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs, dynamo=True,
+                          dynamic_shapes=dyn, external_data=False, verbose=False)
+
+
+def _export_pt2(module: ExportModule, args: tuple, path: Path) -> None:
+    batch = torch.export.Dim("batch", min=1)
+    ep = torch.export.export(module, args, dynamic_shapes=(tuple({0: batch} for _ in args),))
+    torch.export.save(ep, str(path))
+
+
+def onnx_session(path: str | Path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _add_onnx_metadata(path: Path, meta: dict) -> None:
+    import onnx
+
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for k, v in {"ctrl_rl": json.dumps(meta, default=_json_default), "ctrl_rl.algo": meta["algo"],
+                 "ctrl_rl.env": meta["env"], "ctrl_rl.control_hz": str(meta["control_hz"]),
+                 "ctrl_rl.checkpoint_sha256": meta["checkpoint"]["sha256"]}.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+    onnx.save(model, str(path))
+
+
+def _max_diff(got: Sequence, want: Sequence[torch.Tensor]) -> float:
+    return max(float((torch.as_tensor(g).double() - w.double()).abs().max()) if w.numel() else 0.0
+               for g, w in zip(got, want))
+
+
+def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
+    """Export the policy of a run directory or checkpoint file (module docstring); returns ``policy.json``'s
+    content, with ``out`` the directory written."""
+    from ctrl_rl.learn.evaluate import load_policy
+    from ctrl_rl.learn.runtime import build_env
+
+    algo, run, ck_path, ck = load_policy(path, "cpu")
+    spec = algo.spec  # the agent's: actions in [-1, 1]
+    probe = build_env(run, 1, 0)
+    env_spec = probe.unwrapped().spec  # the env's own action bounds
+    robot, units = _robot_and_units(probe, spec.action_dim)
+    probe.close()
+    recurrent = hasattr(algo, "reset_state")
+    policy = algo.exportable().eval()
+    module = ExportModule(policy, spec, recurrent, env_spec).eval()
+    gen = torch.Generator().manual_seed(opts.seed)
+    hidden0 = policy.initial_hidden(1) if recurrent else None
+    args = example_inputs(env_spec if recurrent else spec, opts.batch, gen, hidden0)
+    with torch.no_grad():
+        want = module(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    names = [input_name(p.name) for p in spec.parts] + (["prev_action", "prev_reward", "hidden"] if recurrent else [])
+    outputs = ["action", "next_hidden"] if recurrent else ["action"]
+
+    ck_dir = ck_path.parent.parent
+    config_path = ck_dir / "config.json"
+    meta = {
+        "format": "ctrl_rl.export", "format_version": FORMAT_VERSION, "algo": str(ck["algo"]), "env": run.env,
+        "inputs": [{"name": n, "part": p.name, "shape": ["batch", *p.shape], "dtype": _dtype_name(p.dtype)}
+                   for n, p in zip(names, spec.parts)],
+        "outputs": outputs,
+        "action": ({"kind": "discrete", "n": spec.action_dim, "dtype": "int64", "shape": ["batch"]} if spec.discrete
+                   else {"kind": "continuous", "shape": ["batch", spec.action_dim], "dtype": "float32",
+                         "low": list(env_spec.action_low), "high": list(env_spec.action_high),
+                         "units": units}),
+        "recurrent": ({"prev_action": ["batch", spec.action_dim], "prev_reward": ["batch"],
+                       "hidden": ["batch", *hidden0.shape[1:]], "start": "zeros for prev_action, prev_reward and "
+                       "hidden at an episode's first step; feed next_hidden back as hidden"} if recurrent else None),
+        "control_hz": (1.0 / spec.dt) if spec.dt > 0 else None,
+        "dt": spec.dt or None,
+        "robot": robot,
+        "checkpoint": {"path": str(ck_path.resolve()), "sha256": file_sha256(ck_path),
+                       "step": int(ck["counters"]["step"])},
+        "training_config": json.loads(config_path.read_text()) if config_path.exists() else ck.get("config"),
+        "versions": {"torch": torch.__version__},
+        "files": {},
+        "parity": {},
+    }
+    out = Path(opts.out) if opts.out else ck_dir / "export"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp's 0700 would survive the rename
+    try:
+        if "onnx" in opts.format:
+            f = tmp / "policy.onnx"
+            _export_onnx(module, args, names, outputs, f)
+            _add_onnx_metadata(f, {**meta, "files": {}, "parity": {}})
+            sess = onnx_session(f)
+            got = sess.run(None, {n: a.numpy() for n, a in zip(names, args)})
+            meta["parity"]["onnx"] = _max_diff(got, want)
+            meta["files"]["onnx"] = f.name
+            import onnxruntime
+            meta["versions"]["onnxruntime"] = onnxruntime.__version__
+        if "pt2" in opts.format:
+            f = tmp / "policy.pt2"
+            _export_pt2(module, args, f)
+            loaded = torch.export.load(str(f)).module()
+            with torch.no_grad():
+                got = loaded(*args)
+            meta["parity"]["pt2"] = _max_diff(got if isinstance(got, tuple) else (got,), want)
+            meta["files"]["pt2"] = f.name
+        bad = {k: v for k, v in meta["parity"].items() if not v <= PARITY_TOL}
+        if bad:
+            raise RuntimeError(f"exported graphs differ from the eager policy by {bad} (> {PARITY_TOL})")
+        if "onnx" in opts.format:  # the final metadata, parity included
+            _add_onnx_metadata(tmp / "policy.onnx", meta)
+        (tmp / "policy.json").write_text(json.dumps(meta, indent=2, default=_json_default) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {**meta, "out": str(out)}
+
+
+def read_export(directory: str | Path) -> dict:
+    """``policy.json`` of an export directory, checked enough to run: one sentence when it is not an export."""
+    d = Path(directory)
+    f = d / "policy.json"
+    if not f.is_file():
+        raise UserInputError(f"{str(d)!r} has no policy.json: expected a directory written by `ctrl-rl export`")
+    try:
+        meta = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise UserInputError(f"{str(f)!r} is not valid JSON ({e}): expected the sidecar `ctrl-rl export` writes") from None
+    if not isinstance(meta, dict) or meta.get("format") != "ctrl_rl.export":
+        raise UserInputError(f"{str(f)!r} is not a ctrl_rl export sidecar: expected \"format\": \"ctrl_rl.export\"")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise UserInputError(f"{str(f)!r} has export format version {meta.get('format_version')!r}: expected "
+                             f"{FORMAT_VERSION} (re-export the run with this ctrl_rl)")
+    for key in ("inputs", "outputs", "action", "files"):
+        if key not in meta:
+            raise UserInputError(f"{str(f)!r} lacks {key!r}: expected the fields `ctrl-rl export` writes")
+    return meta
