@@ -1,9 +1,10 @@
-"""The `ctrl-rl` command line: train, eval, export, data, plot, list.
+"""The `ctrl-rl` command line: train, eval, export, deploy, data, plot, list.
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
     ctrl-rl export RUN_DIR_OR_CHECKPOINT [--format onnx pt2] [--out DIR]
+    ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--log FILE]
     ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
     ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5 --level random|medium|expert|medium-expert|medium-replay|all
                           [--steps N] [--seed K] [--num-envs N] [--workers W] [--out PATH] [--force] [--from-run DIR]
@@ -84,8 +85,8 @@ def _dispatch(argv: list[str]) -> int:
         print("usage:\n" + USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "data": cmd_data, "plot": cmd_plot,
-                "list": cmd_list}
+    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "deploy": cmd_deploy, "data": cmd_data,
+                "plot": cmd_plot, "list": cmd_list}
     if cmd not in commands:
         raise UserInputError(f"unknown command {cmd!r}: expected one of {sorted(commands)}")
     return commands[cmd](rest)
@@ -376,6 +377,25 @@ def cmd_export(args: list[str]) -> int:
     meta = export_run(path, opts)
     print(json.dumps({"out": meta["out"], "algo": meta["algo"], "env": meta["env"], "files": meta["files"],
                       "parity": meta["parity"], "checkpoint_step": meta["checkpoint"]["step"]}))
+    return 0
+
+
+def cmd_deploy(args: list[str]) -> int:
+    from ctrl_rl.robots.runtime import DeployOptions, deploy_sim
+
+    prog = "ctrl-rl deploy"
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--seed K] [--max-steps N]\n"
+              "                      [--max-step-change X] [--max-obs-age S] [--max-misses K] [--log FILE]\n"
+              "  runs the exported policy (onnxruntime) through the safety filter and watchdog against the simulator "
+              "and prints success rate, latency p50/p99, deadline misses and safety-filter interventions")
+        return 0 if args else 2
+    path, rest = args[0], args[1:]
+    _check_flags(rest, _flag_names(DeployOptions), prog)
+    opts = _tyro_parse(DeployOptions, rest, DeployOptions(sim="-"), prog)
+    if opts.sim == "-":
+        opts = dataclasses.replace(opts, sim="")  # raises the one-sentence error of a missing --sim
+    print(json.dumps(deploy_sim(path, opts)))
     return 0
 
 

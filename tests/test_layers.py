@@ -21,6 +21,7 @@ LAYERS = {
     "ctrl_rl.algos": 3,
     "ctrl_rl.config": 4, "ctrl_rl.learn": 4,
     "ctrl_rl.datagen": 5, "ctrl_rl.plot": 5, "ctrl_rl.robots": 5, "ctrl_rl.robots.spec": 0,
+    "ctrl_rl.robots.safety": 0,
     "ctrl_rl.cli": 6, "ctrl_rl.__main__": 6,
 }
 NAMES = {0: "core", 1: "envs", 2: "storage", 2.5: "world_models", 3: "algos", 4: "learn", 5: "applications", 6: "cli"}

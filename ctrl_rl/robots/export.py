@@ -144,13 +144,14 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _robot_and_units(env, action_dim: int) -> tuple[dict | None, list[str]]:
-    """The env's robot spec (a task built on ``robots.spec`` has a ``robot`` attribute) and its action units
-    (``action_units``), else None and ``"env"`` per dimension (the env's own units, as its bounds)."""
+def _robot_and_units(env, action_dim: int) -> tuple[dict | None, list[str], str | None]:
+    """The env's robot spec (a task built on ``robots.spec`` has a ``robot`` attribute), its action units
+    (``action_units``) and the name of its action space among the robot's (``action_space_name``); else None,
+    ``"env"`` per dimension (the env's own units, as its bounds) and None."""
     base = env.unwrapped() if callable(getattr(env, "unwrapped", None)) else env
     robot = getattr(base, "robot", None)
     units = list(getattr(base, "action_units", ())) or ["env"] * action_dim
-    return (robot.to_dict() if robot is not None else None), units
+    return (robot.to_dict() if robot is not None else None), units, getattr(base, "action_space_name", None)
 
 
 def _json_default(x):
@@ -223,7 +224,7 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     spec = algo.spec  # the agent's: actions in [-1, 1]
     probe = build_env(run, 1, 0)
     env_spec = probe.unwrapped().spec  # the env's own action bounds
-    robot, units = _robot_and_units(probe, spec.action_dim)
+    robot, units, space = _robot_and_units(probe, spec.action_dim)
     probe.close()
     recurrent = hasattr(algo, "reset_state")
     policy = algo.exportable().eval()
@@ -247,7 +248,7 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
         "action": ({"kind": "discrete", "n": spec.action_dim, "dtype": "int64", "shape": ["batch"]} if spec.discrete
                    else {"kind": "continuous", "shape": ["batch", spec.action_dim], "dtype": "float32",
                          "low": list(env_spec.action_low), "high": list(env_spec.action_high),
-                         "units": units}),
+                         "units": units, "space": space}),
         "recurrent": ({"prev_action": ["batch", spec.action_dim], "prev_reward": ["batch"],
                        "hidden": ["batch", *hidden0.shape[1:]], "start": "zeros for prev_action, prev_reward and "
                        "hidden at an episode's first step; feed next_hidden back as hidden"} if recurrent else None),

@@ -1,0 +1,393 @@
+"""The deployment runtime: an exported policy driving a robot at a fixed rate, behind a safety filter and a watchdog.
+
+One control tick (``ControlLoop.tick``):
+
+1. ``robot.observe()``: the observation parts (batch-less NumPy arrays, named as the export's inputs) and the
+   time they were measured. An observation older than ``max_obs_age`` seconds is **stale**: the loop commands
+   a safe stop (``robot.stop()``) and ends.
+2. The policy (an onnxruntime session of ``policy.onnx``; any callable of the input dict for tests): batch 1.
+   A recurrent policy's ``hidden``, previous action and reward are carried here and zeroed at an episode start.
+3. ``SafetyFilter`` (``robots/safety.py``): non-finite commands held, bounds, rate, joint and workspace limits.
+   Every intervention is counted, the first of each kind is logged to stderr, and an optional JSONL log gets
+   every tick. Nothing unfiltered is ever sent.
+4. ``robot.send(command)``.
+5. Wait for the next deadline (``1 / rate`` after the previous one). A tick that ends after its deadline is a
+   **miss**; ``max_misses`` misses in a row command a safe stop. ``rate=0`` runs as fast as it can (simulation
+   checks) and has no deadlines.
+
+Latencies are kept per tick: the policy's inference alone and the whole tick without the wait (p50 / p99 in
+``stats()``).
+
+``RobotInterface`` is what a real robot driver implements (README: "Deploying on a robot"); ``SimRobot`` is the
+simulator implementation over any ctrl_rl env (``make_env`` with one env, actions in the env's own units, i.e.
+without the training wrappers' rescaling: the export's output is already in those units).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
+
+from ctrl_rl.errors import UserInputError
+from ctrl_rl.robots.safety import RobotState, SafetyConfig, SafetyFilter
+from ctrl_rl.robots.spec import ActionSpace, RobotSpec
+
+
+@dataclass
+class Observation:
+    parts: dict[str, np.ndarray]
+    """Observation parts by export input name (``state``, ``image.wrist_image_left``, ...), without a batch dim."""
+    stamp: float
+    """``time.monotonic()`` when it was measured."""
+    episode_start: bool = False
+    """True on the first observation of an episode (recurrent state and the filter's memory restart)."""
+    state: RobotState = field(default_factory=RobotState)
+    """What the safety filter needs (joint positions, end-effector position), when the robot knows it."""
+    reward: float = 0.0
+    """The reward of the previous tick where the robot's task defines one (a recurrent policy reads it; 0 else)."""
+
+
+@runtime_checkable
+class RobotInterface(Protocol):
+    def observe(self) -> Observation: ...
+
+    def send(self, command: np.ndarray) -> None: ...
+
+    def stop(self) -> None:
+        """Bring the robot to a safe standstill (hold position); called by the watchdog and at the end."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------------ simulator
+class SimRobot:
+    """A ctrl_rl env (one instance) behind ``RobotInterface``; episodes restart automatically.
+
+    ``episodes`` holds one dict per finished episode: return, length and success (when the env reports
+    ``info["success"]``). An env whose unwrapped object has ``robot_state()`` (the manipulation tasks) gives the
+    filter joint and end-effector positions.
+    """
+
+    def __init__(self, env_id: str, seed: int = 0):
+        import torch
+
+        from ctrl_rl.envs.registry import make_env
+
+        self._torch = torch
+        self.env = make_env(env_id, num_envs=1, device="cpu", seed=seed)
+        self.spec = self.env.spec
+        self.names = {p.name: p.name.replace("/", ".") for p in self.spec.parts}
+        self._obs = self.env.reset(seed=seed)
+        self._start = True
+        self._ret, self._len, self._success = 0.0, 0, False
+        self._reward = 0.0
+        self.episodes: list[dict] = []
+        self.stopped = 0
+
+    @property
+    def robot(self) -> RobotSpec | None:
+        return getattr(self.env, "robot", None)
+
+    def _state(self) -> RobotState:
+        get = getattr(self.env, "robot_state", None)
+        if get is None:
+            return RobotState()
+        s = get()
+        return RobotState(joint_position=np.asarray(s["joint_position"])[0], ee_position=np.asarray(s["ee_position"])[0])
+
+    def observe(self) -> Observation:
+        obs = self._obs if isinstance(self._obs, dict) else {"state": self._obs}
+        parts = {self.names[k]: v[0].cpu().numpy() for k, v in obs.items()}
+        return Observation(parts, time.monotonic(), self._start, self._state(), 0.0 if self._start else self._reward)
+
+    def send(self, command: np.ndarray) -> None:
+        torch = self._torch
+        a = torch.as_tensor(np.asarray(command)[None])
+        a = a.long().reshape(1) if self.spec.discrete else a.float()
+        out = self.env.step(a)
+        self._reward = float(out.reward[0])
+        self._ret += self._reward
+        self._len += 1
+        if "success" in out.info:
+            self._success |= bool(out.info["success"][0])
+        self._start = bool(out.done[0])
+        if self._start:
+            self.episodes.append({"return": self._ret, "length": self._len,
+                                  "success": self._success if "success" in out.info else None})
+            self._ret, self._len, self._success = 0.0, 0, False
+        self._obs = out.obs
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+    def close(self) -> None:
+        self.env.close()
+
+
+# ------------------------------------------------------------------------------------------------ policy
+class OnnxPolicy:
+    """``policy.onnx`` in onnxruntime (one thread), called with a dict of batch-1 inputs."""
+
+    def __init__(self, path: str | Path):
+        from ctrl_rl.robots.export import onnx_session
+
+        self.session = onnx_session(path)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(None, inputs)
+
+
+def action_space_of(meta: dict, robot: RobotSpec | None) -> ActionSpace:
+    """The commanded action space of an export: its bounds and units, with the robot's space of the same name and
+    size when there is one (its kind and per-step scale: ``delta`` spaces get joint and workspace checks)."""
+    act = meta["action"]
+    name = act.get("space") or "env"
+    if robot is not None:
+        for s in robot.action_spaces:
+            if s.name == name and s.dim == len(act["low"]):
+                return s
+    low = np.asarray(act["low"], dtype=np.float64)
+    high = np.asarray(act["high"], dtype=np.float64)
+    # unbounded dimensions: the filter still needs a box; a very large one keeps only the finite guard
+    low = np.where(np.isfinite(low), low, -1e9)
+    high = np.where(np.isfinite(high), high, 1e9)
+    return ActionSpace(name, tuple(low), tuple(high), tuple(act.get("units") or ["env"] * len(low)))
+
+
+def check_compatible(meta: dict, spec, robot: RobotSpec | None, where: str) -> None:
+    """Refuse, in one sentence, an export whose observation parts or action space differ from ``spec`` (the env's)."""
+    want = [(i["name"], tuple(i["shape"][1:]), i["dtype"]) for i in meta["inputs"]]
+    have = [(p.name.replace("/", "."), tuple(p.shape), str(p.dtype).removeprefix("torch.")) for p in spec.parts]
+    if want != have:
+        raise UserInputError(f"the export's observation parts {want} do not match {where}'s {have}: expected an export "
+                             f"of a policy trained on {where}")
+    act = meta["action"]
+    if (act["kind"] == "discrete") != spec.discrete:
+        raise UserInputError(f"the export has {act['kind']} actions and {where} "
+                             f"{'discrete' if spec.discrete else 'continuous'} ones: expected the same kind")
+    if spec.discrete:
+        if act["n"] != spec.action_dim:
+            raise UserInputError(f"the export chooses among {act['n']} actions and {where} has {spec.action_dim}: "
+                                 "expected the same number")
+        return
+    if len(act["low"]) != spec.action_dim or not np.allclose(act["low"], spec.action_low) \
+            or not np.allclose(act["high"], spec.action_high):
+        raise UserInputError(f"the export's action bounds [{act['low']}, {act['high']}] differ from {where}'s "
+                             f"[{list(spec.action_low)}, {list(spec.action_high)}]: expected the same action space")
+    exported_robot = (meta.get("robot") or {}).get("name")
+    if exported_robot and robot is not None and exported_robot != robot.name:
+        raise UserInputError(f"the export was trained for robot {exported_robot!r} and {where} is robot {robot.name!r}: "
+                             "expected the same robot")
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+@dataclass(frozen=True)
+class LoopConfig:
+    rate: float = 15.0
+    """Control rate (Hz); 0 runs as fast as possible with no deadlines (simulation checks)."""
+    max_obs_age: float = 0.5
+    """An observation older than this (s) when the tick reads it is stale: safe stop."""
+    max_misses: int = 3
+    """This many missed deadlines in a row: safe stop."""
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.rate) and self.rate >= 0):
+            raise UserInputError(f"invalid --rate {self.rate!r}: expected a control rate in Hz >= 0 (0: as fast as possible)")
+        if not (np.isfinite(self.max_obs_age) and self.max_obs_age > 0):
+            raise UserInputError(f"invalid --max-obs-age {self.max_obs_age!r}: expected a positive number of seconds")
+        if self.max_misses < 1:
+            raise UserInputError(f"invalid --max-misses {self.max_misses!r}: expected an integer >= 1")
+
+
+class ControlLoop:
+    """See the module docstring."""
+
+    def __init__(self, policy: Callable[[dict], list], meta: dict, robot: RobotInterface, safety: SafetyFilter | None,
+                 config: LoopConfig = LoopConfig(), log: Path | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.policy, self.meta, self.robot, self.safety, self.config = policy, meta, robot, safety, config
+        self.clock, self.sleep = clock, sleep
+        self.discrete = meta["action"]["kind"] == "discrete"
+        self.recurrent = meta.get("recurrent") is not None
+        self.inputs = [i["name"] for i in meta["inputs"]]
+        self.dtypes = {i["name"]: np.dtype(i["dtype"]) for i in meta["inputs"]}
+        self.infer_ms: list[float] = []
+        self.tick_ms: list[float] = []
+        self.misses = self.ticks = self._missed_in_row = 0
+        self.stop_reason: str | None = None
+        self._seen: set[str] = set()
+        self._log = open(log, "w") if log is not None else None
+        if self.recurrent:
+            r = meta["recurrent"]
+            self._hidden = np.zeros([1, *r["hidden"][1:]], np.float32)
+            self._prev_a = np.zeros([1, *r["prev_action"][1:]], np.float32)
+            self._prev_r = np.zeros([1], np.float32)
+        self._deadline: float | None = None
+
+    def _feed(self, obs: Observation) -> dict[str, np.ndarray]:
+        missing = [n for n in self.inputs if n not in obs.parts]
+        if missing:
+            raise UserInputError(f"the robot's observation lacks {missing}: expected the export's inputs {self.inputs}")
+        feed = {n: np.asarray(obs.parts[n], dtype=self.dtypes[n])[None] for n in self.inputs}
+        if self.recurrent:
+            if obs.episode_start:
+                self._hidden[:] = 0
+                self._prev_a[:] = 0
+                self._prev_r[:] = 0
+            else:
+                self._prev_r[:] = obs.reward
+            feed |= {"prev_action": self._prev_a, "prev_reward": self._prev_r, "hidden": self._hidden}
+        return feed
+
+    def _safe_stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        print(f"ctrl-rl deploy: safe stop ({reason})", file=sys.stderr, flush=True)
+        self.robot.stop()
+
+    def tick(self) -> bool:
+        """One control tick; False when the loop has stopped (stale observation or missed deadlines)."""
+        start = self.clock()
+        obs = self.robot.observe()
+        if start - obs.stamp > self.config.max_obs_age:
+            self._safe_stop(f"stale observation: {start - obs.stamp:.3f} s old > {self.config.max_obs_age} s")
+            return False
+        if obs.episode_start and self.safety is not None:
+            self.safety.reset()
+        feed = self._feed(obs)
+        t0 = self.clock()
+        out = self.policy(feed)
+        self.infer_ms.append((self.clock() - t0) * 1e3)
+        raw = np.asarray(out[0])[0]
+        if self.discrete:
+            n = self.meta["action"]["n"]
+            ok = np.isfinite(raw).all() and 0 <= int(raw) < n
+            command, reasons = (np.asarray(int(raw)), []) if ok else (np.asarray(0), ["bounds"])
+        else:
+            command, reasons = self.safety.filter(raw, obs.state)
+        for r in reasons:
+            if r not in self._seen:
+                self._seen.add(r)
+                print(f"ctrl-rl deploy: safety filter: {r} at tick {self.ticks} (proposed {np.asarray(raw).tolist()}, "
+                      f"sent {np.asarray(command).tolist()}); later ones are counted", file=sys.stderr, flush=True)
+        self.robot.send(command)
+        if self.recurrent:
+            self._hidden = np.asarray(out[1], dtype=np.float32)
+            self._prev_a = np.asarray(command, dtype=np.float32).reshape(self._prev_a.shape)
+        end = self.clock()
+        self.tick_ms.append((end - start) * 1e3)
+        if self._log is not None:
+            self._log.write(json.dumps({"tick": self.ticks, "proposed": np.asarray(raw).tolist(),
+                                        "sent": np.asarray(command).tolist(), "reasons": reasons,
+                                        "infer_ms": self.infer_ms[-1], "tick_ms": self.tick_ms[-1]}) + "\n")
+        self.ticks += 1
+        return self._wait(end)
+
+    def _wait(self, end: float) -> bool:
+        if self.config.rate <= 0:
+            return True
+        period = 1.0 / self.config.rate
+        self._deadline = (self._deadline if self._deadline is not None else end) + period
+        if end > self._deadline:
+            self.misses += 1
+            self._missed_in_row += 1
+            self._deadline = end  # re-anchor: no burst of catch-up ticks after a late one
+            if self._missed_in_row >= self.config.max_misses:
+                self._safe_stop(f"{self._missed_in_row} missed deadlines in a row at {self.config.rate} Hz")
+                return False
+            return True
+        self._missed_in_row = 0
+        self.sleep(self._deadline - end)
+        return True
+
+    def start(self) -> None:
+        """Anchor the first deadline one period from now."""
+        self._deadline = self.clock()
+
+    def stats(self) -> dict:
+        def pct(x, q):
+            return float(np.percentile(x, q)) if x else None
+
+        out = {"ticks": self.ticks, "latency_ms": {"inference_p50": pct(self.infer_ms, 50),
+                                                   "inference_p99": pct(self.infer_ms, 99),
+                                                   "tick_p50": pct(self.tick_ms, 50), "tick_p99": pct(self.tick_ms, 99)},
+               "deadline_misses": self.misses, "safe_stop": self.stop_reason}
+        if self.safety is not None:
+            out["safety"] = self.safety.stats()
+        return out
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    sim: str = ""
+    """Simulator env id to run the exported policy against (e.g. manip:Reach, Pendulum-v1)."""
+    episodes: int = 3
+    """Episodes to run."""
+    rate: float | None = None
+    """Control rate in Hz (default: the export's control rate, else 15); 0: as fast as possible."""
+    seed: int = 0
+    """Seed of the simulator."""
+    max_steps: int = 100_000
+    """Cap on control ticks in total."""
+    max_step_change: float | None = None
+    """Safety filter: largest change of a command component per tick (None: off)."""
+    max_obs_age: float = 0.5
+    """Watchdog: an observation older than this (s) is stale."""
+    max_misses: int = 3
+    """Watchdog: missed deadlines in a row before a safe stop."""
+    log: str | None = None
+    """Write every tick (proposed and sent command, filter reasons, latencies) to this JSONL file."""
+
+    def __post_init__(self) -> None:
+        if not self.sim:
+            raise UserInputError("ctrl-rl deploy needs --sim ENV_ID: expected the simulator task to run the export in "
+                                 "(a real robot plugs in through ctrl_rl.robots.runtime.RobotInterface)")
+        if self.episodes < 1:
+            raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
+        if self.max_steps < 1:
+            raise UserInputError(f"invalid --max-steps {self.max_steps!r}: expected a positive integer")
+
+
+def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
+    """Run an export against a simulator through the runtime (``ctrl-rl deploy``); returns the summary."""
+    from ctrl_rl.robots.export import read_export
+
+    meta = read_export(export_dir)
+    if "onnx" not in meta["files"]:
+        raise UserInputError(f"{export_dir!r} has no policy.onnx: expected an export made with --format onnx "
+                             "(the runtime runs onnxruntime)")
+    robot = SimRobot(opts.sim, opts.seed)
+    try:
+        check_compatible(meta, robot.spec, robot.robot, opts.sim)
+        policy = OnnxPolicy(Path(export_dir) / meta["files"]["onnx"])
+        safety = None
+        if meta["action"]["kind"] != "discrete":
+            safety = SafetyFilter(action_space_of(meta, robot.robot), robot.robot,
+                                  SafetyConfig(max_step_change=opts.max_step_change))
+        rate = opts.rate if opts.rate is not None else (meta.get("control_hz") or 15.0)
+        loop = ControlLoop(policy, meta, robot, safety, LoopConfig(rate, opts.max_obs_age, opts.max_misses),
+                           Path(opts.log) if opts.log else None)
+        try:
+            loop.start()
+            while len(robot.episodes) < opts.episodes and loop.ticks < opts.max_steps and loop.tick():
+                pass
+            robot.stop()
+        finally:
+            loop.close()
+        eps = robot.episodes
+        succ = [e["success"] for e in eps if e["success"] is not None]
+        return {"export": str(export_dir), "sim": opts.sim, "rate_hz": rate, "episodes": len(eps),
+                "return_mean": float(np.mean([e["return"] for e in eps])) if eps else None,
+                "length_mean": float(np.mean([e["length"] for e in eps])) if eps else None,
+                "success_rate": float(np.mean(succ)) if succ else None, **loop.stats()}
+    finally:
+        robot.close()
