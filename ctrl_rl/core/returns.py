@@ -44,6 +44,59 @@ def gae(
     return adv, adv + value
 
 
+def vtrace(
+    log_rho: torch.Tensor,  # [T,N]  log pi(a_t|x_t) - log mu(a_t|x_t): target over behaviour policy
+    reward: torch.Tensor,  # [T,N]
+    value: torch.Tensor,  # [T,N]  V(x_t)
+    next_value: torch.Tensor,  # [T,N]  V of the state reached at t+1 (V(final_obs) where the episode ended)
+    terminated: torch.Tensor,  # [T,N] bool: true termination, no bootstrap
+    done: torch.Tensor,  # [T,N] bool: terminated | truncated, cuts the correction recursion
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and policy-gradient advantages (Espeholt et al. 2018, IMPALA, eqs. 1 and 4).
+
+    With ``rho_t = min(rho_bar, e^log_rho_t)``, ``c_t = lam * min(c_bar, e^log_rho_t)`` and
+    ``delta_t = rho_t * (r_t + gamma * (1 - terminated_t) * next_value_t - value_t)``:
+
+    ``v_t - value_t = delta_t + gamma * (1 - done_t) * c_t * (v_{t+1} - value_{t+1})``
+
+    (the paper's recursion; ``lam`` is its Remark-1 variant ``c_t = lam * min(c_bar, ratio)``). The advantage
+    of the policy gradient is ``min(pg_rho_bar, ratio_t) * (r_t + gamma * (1 - terminated_t) * v'_t - value_t)``,
+    where ``v'_t`` is the V-trace target of the next state: ``v_{t+1}`` inside an episode and ``next_value_t``
+    where the episode ended (a truncation bootstraps from the final observation's value, a termination from
+    nothing). The last row of the segment uses ``next_value`` (no correction beyond the data).
+
+    On-policy (``log_rho = 0``, bars >= 1) the target is the lambda-return, ``gae(..., lam)``'s return.
+    Returns ``(vs, pg_advantage)``, both ``[T,N]``, without gradient (targets).
+    """
+    shapes = {k: tuple(v.shape) for k, v in dict(log_rho=log_rho, reward=reward, value=value, next_value=next_value,
+                                                  terminated=terminated, done=done).items()}
+    if len(set(shapes.values())) != 1:
+        raise ValueError(f"vtrace expects equal [T,N] shapes, got {shapes}")
+    with torch.no_grad():
+        ratio = log_rho.exp()  # [T,N]
+        rho = ratio.clamp(max=rho_bar)  # [T,N]
+        c = lam * ratio.clamp(max=c_bar)  # [T,N]
+        not_term = (~terminated).to(reward.dtype)  # [T,N]
+        not_done = (~done).to(reward.dtype)  # [T,N]
+        delta = rho * (reward + gamma * not_term * next_value - value)  # [T,N]
+        carry = gamma * not_done * c  # [T,N]
+        corr = torch.empty_like(reward)  # [T,N]: v_t - value_t
+        last = torch.zeros_like(reward[0])  # [N]
+        for t in range(reward.shape[0] - 1, -1, -1):
+            last = delta[t] + carry[t] * last
+            corr[t] = last
+        vs = value + corr  # [T,N]
+        after = torch.cat([corr[1:], torch.zeros_like(corr[:1])])  # [T,N]: v_{t+1} - value_{t+1}, 0 past the end
+        v_next = next_value + not_done * after  # [T,N]
+        pg_adv = ratio.clamp(max=pg_rho_bar) * (reward + gamma * not_term * v_next - value)  # [T,N]
+    return vs, pg_adv
+
+
 def discounted_returns(
     reward: torch.Tensor, terminated: torch.Tensor, done: torch.Tensor, bootstrap: torch.Tensor, gamma: float
 ) -> torch.Tensor:

@@ -64,3 +64,52 @@ def test_polyak_moves_targets_by_tau():
     tgt, src = [torch.zeros(3)], [torch.ones(3)]
     polyak_(tgt, src, 0.25)
     assert torch.allclose(tgt[0], torch.full((3,), 0.25))
+
+
+def _vt(log_rho, r, v, nv, term, done, **kw):
+    from ctrl_rl.core.returns import vtrace
+
+    t = lambda x, dt=torch.float64: torch.tensor(x, dtype=dt).reshape(-1, 1)  # noqa: E731
+    return vtrace(t(log_rho), t(r), t(v), t(nv), t(term, torch.bool), t(done, torch.bool), **kw)
+
+
+def test_vtrace_matches_hand_numbers_off_policy():
+    # T=3, gamma 0.9, ratios 2, 0.5, 1 (log), rho_bar = c_bar = 1 -> rho = c = (1, 0.5, 1)
+    import math
+    vs, adv = _vt([math.log(2), math.log(0.5), 0.0], [1.0, 2.0, 3.0], [0.5, 1.0, 2.0], [1.0, 2.0, 4.0],
+                  [0, 0, 0], [0, 0, 0], gamma=0.9)
+    # deltas: d0 = 1*(1 + 0.9*1 - 0.5) = 1.4; d1 = 0.5*(2 + 0.9*2 - 1) = 1.4; d2 = 1*(3 + 0.9*4 - 2) = 4.6
+    # corr2 = 4.6; corr1 = 1.4 + 0.9*0.5*4.6 = 3.47; corr0 = 1.4 + 0.9*1*3.47 = 4.523
+    assert torch.allclose(vs.flatten(), torch.tensor([0.5 + 4.523, 1.0 + 3.47, 2.0 + 4.6], dtype=torch.float64))
+    # pg advantages: ratio clipped at 1: (1, 0.5, 1); v'_0 = v_1 = 4.47, v'_1 = v_2 = 6.6, v'_2 = next_value = 4
+    want = [1 * (1 + 0.9 * 4.47 - 0.5), 0.5 * (2 + 0.9 * 6.6 - 1), 1 * (3 + 0.9 * 4 - 2)]
+    assert torch.allclose(adv.flatten(), torch.tensor(want, dtype=torch.float64))
+
+
+def test_vtrace_episode_ends_cut_the_trace_truncation_bootstraps_termination_does_not():
+    vs, adv = _vt([0.0] * 3, [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [5.0, 7.0, 9.0], [0, 1, 0], [1, 1, 0], gamma=0.5)
+    # t0 truncated: 1 + 0.5*5; t1 terminated: 1; t2: 1 + 0.5*9
+    assert torch.allclose(vs.flatten(), torch.tensor([3.5, 1.0, 5.5], dtype=torch.float64))
+    assert torch.allclose(adv.flatten(), torch.tensor([3.5, 1.0, 5.5], dtype=torch.float64))
+
+
+def test_vtrace_on_policy_is_the_lambda_return_of_gae():
+    g = torch.Generator().manual_seed(0)
+    T, N = 7, 4
+    r, v, nv = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
+    term = torch.rand(T, N, generator=g) < 0.2
+    done = term | (torch.rand(T, N, generator=g) < 0.2)
+    from ctrl_rl.core.returns import vtrace
+
+    for lam in (0.0, 0.7, 1.0):
+        vs, adv = vtrace(torch.zeros(T, N), r, v, nv, term, done, 0.95, lam=lam)
+        adv_gae, ret = gae(r, v, nv, term, done, 0.95, lam)
+        assert torch.allclose(vs, ret, atol=1e-5)
+    # lam = 0: one-step TD targets
+    vs, _ = vtrace(torch.zeros(T, N), r, v, nv, term, done, 0.95, lam=0.0)
+    assert torch.allclose(vs, r + 0.95 * (~term).float() * nv, atol=1e-6)
+
+
+def test_vtrace_clips_large_ratios():
+    vs, adv = _vt([5.0], [1.0], [0.0], [0.0], [0], [0], gamma=0.9, rho_bar=1.0, pg_rho_bar=1.0)
+    assert float(vs) == 1.0 and float(adv) == 1.0
