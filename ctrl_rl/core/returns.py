@@ -97,6 +97,56 @@ def vtrace(
     return vs, pg_adv
 
 
+def domo_advantage(
+    log_rho: torch.Tensor,  # [T,N]  log pi(a_t|x_t) - log mu(a_t|x_t)
+    reward: torch.Tensor,  # [T,N]
+    value: torch.Tensor,  # [T,N]  V(x_t)
+    next_value: torch.Tensor,  # [T,N]  V(x_{t+1}) (V(final_obs) where the episode ended)
+    vs: torch.Tensor,  # [T,N]  V-trace targets (``vtrace``'s first output)
+    terminated: torch.Tensor,  # [T,N] bool
+    done: torch.Tensor,  # [T,N] bool
+    gamma: float,
+    kappa: float,
+    pg_rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> torch.Tensor:
+    """DoMo-AC's policy-gradient advantage: the off-policy advantage of the kappa-greedy surrogate MDP.
+
+    Derived (the paper's equations were not available; algos/domo_ac.py states the derivation) from the
+    kappa-greedy improvement of Efroni et al. 2018: the kappa-greedy policy w.r.t. a value ``v`` is optimal in
+    the surrogate MDP with reward ``r + (1 - kappa) * gamma * v(x')`` and discount ``kappa * gamma``. Its advantage,
+    with the critic ``V`` as baseline, estimated off-policy with truncated importance weights:
+
+    ``A_t = min(pg_rho_bar, ratio_t) * B_t``,
+    ``B_t = d_t + kappa * gamma * (1 - done_t) * min(c_bar, ratio_{t+1}) * B_{t+1}``,
+    ``d_t = r_t + gamma * (1 - terminated_t) * ((1 - kappa) * v'_t + kappa * next_value_t) - value_t``,
+
+    where ``v'_t`` is the evaluation target of the next state: ``vs_{t+1}`` inside an episode, ``next_value_t``
+    where it ended (as in ``vtrace``). Limits: ``kappa = 0`` is V-trace's policy-gradient advantage exactly;
+    on-policy with ``vs`` the Monte Carlo (lambda = 1) targets, ``A_t = G_t - value_t`` for every kappa (the sum
+    telescopes); ``kappa = 1`` is the trace-weighted sum of one-step TD errors. The last row of the segment has no
+    trace beyond it. Returns ``[T,N]`` without gradient.
+    """
+    with torch.no_grad():
+        ratio = log_rho.exp()  # [T,N]
+        not_term = (~terminated).to(reward.dtype)  # [T,N]
+        not_done = (~done).to(reward.dtype)  # [T,N]
+        after = torch.cat([vs[1:], vs[-1:]])  # [T,N]: vs_{t+1} (last row unused: masked below)
+        last_row = torch.zeros_like(not_done)
+        last_row[-1] = 1.0
+        inside = not_done * (1 - last_row)  # [T,N]: x_{t+1} is in the segment and the episode goes on
+        v_next = inside * after + (1 - inside) * next_value  # [T,N]
+        d = reward + gamma * not_term * ((1 - kappa) * v_next + kappa * next_value) - value  # [T,N]
+        c_next = torch.cat([ratio[1:].clamp(max=c_bar), torch.zeros_like(ratio[:1])])  # [T,N]: c_{t+1}
+        carry = kappa * gamma * not_done * c_next  # [T,N]
+        B = torch.empty_like(reward)  # [T,N]
+        last = torch.zeros_like(reward[0])  # [N]
+        for t in range(reward.shape[0] - 1, -1, -1):
+            last = d[t] + carry[t] * last
+            B[t] = last
+        return ratio.clamp(max=pg_rho_bar) * B
+
+
 def discounted_returns(
     reward: torch.Tensor, terminated: torch.Tensor, done: torch.Tensor, bootstrap: torch.Tensor, gamma: float
 ) -> torch.Tensor:

@@ -113,3 +113,48 @@ def test_vtrace_on_policy_is_the_lambda_return_of_gae():
 def test_vtrace_clips_large_ratios():
     vs, adv = _vt([5.0], [1.0], [0.0], [0.0], [0], [0], gamma=0.9, rho_bar=1.0, pg_rho_bar=1.0)
     assert float(vs) == 1.0 and float(adv) == 1.0
+
+
+def _segment(T=8, N=5, seed=0, off_policy=True):
+    g = torch.Generator().manual_seed(seed)
+    r, v, nv = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
+    # next_value inside an episode is the next row's value (a consistent segment); episode ends bootstrap
+    term = torch.rand(T, N, generator=g) < 0.15
+    done = term | (torch.rand(T, N, generator=g) < 0.15)
+    nv = torch.where(done, nv, torch.cat([v[1:], nv[-1:]]))
+    log_rho = torch.randn(T, N, generator=g) * 0.5 if off_policy else torch.zeros(T, N)
+    return log_rho, r, v, nv, term, done
+
+
+def test_domo_kappa_zero_is_the_vtrace_policy_gradient_advantage():
+    from ctrl_rl.core.returns import domo_advantage, vtrace
+
+    log_rho, r, v, nv, term, done = _segment()
+    for lam in (0.0, 0.9, 1.0):
+        vs, adv = vtrace(log_rho, r, v, nv, term, done, 0.97, lam=lam)
+        dom = domo_advantage(log_rho, r, v, nv, vs, term, done, 0.97, kappa=0.0)
+        assert torch.allclose(dom, adv, atol=1e-6)
+
+
+def test_domo_on_policy_with_full_traces_is_the_monte_carlo_advantage_for_every_kappa():
+    from ctrl_rl.core.returns import domo_advantage, vtrace
+
+    log_rho, r, v, nv, term, done = _segment(off_policy=False)
+    vs, _ = vtrace(log_rho, r, v, nv, term, done, 0.9, lam=1.0)
+    mc = discounted_returns(r, term, done, nv, 0.9)  # bootstraps from next_value at truncations and the end
+    for kappa in (0.0, 0.3, 0.7, 1.0):
+        adv = domo_advantage(log_rho, r, v, nv, vs, term, done, 0.9, kappa=kappa)
+        assert torch.allclose(adv, mc - v, atol=1e-5)
+
+
+def test_domo_kappa_one_is_the_trace_weighted_sum_of_td_errors_by_hand():
+    from ctrl_rl.core.returns import domo_advantage
+
+    # T=2, gamma 0.5, ratios (1, 0.5): c_1 = 0.5; d_t = r + 0.5 * next_value - value
+    t = lambda x, dt=torch.float64: torch.tensor(x, dtype=dt).reshape(-1, 1)  # noqa: E731
+    import math
+    log_rho, r, v, nv = t([0.0, math.log(0.5)]), t([1.0, 2.0]), t([0.0, 1.0]), t([1.0, 4.0])
+    no = t([0, 0], torch.bool)
+    adv = domo_advantage(log_rho, r, v, nv, t([9.0, 9.0]), no, no, 0.5, kappa=1.0)
+    d0, d1 = 1 + 0.5 * 1 - 0, 2 + 0.5 * 4 - 1  # 1.5, 3
+    assert torch.allclose(adv.flatten(), torch.tensor([d0 + 0.5 * 0.5 * d1, 0.5 * d1], dtype=torch.float64))
