@@ -58,6 +58,7 @@ RESUME_OVERRIDES = set(RESUME_RUN) | set(RESUME_LOOP)
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from ctrl_rl.learn.actor_learner import ActorsLost
     from ctrl_rl.learn.runtime import TrainingDiverged
 
     try:
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         sentence = re.sub(r"\s*[\r\n]+\s*", " ", str(e).strip())
         print(f"ctrl-rl: error: {sentence}", file=sys.stderr, flush=True)
         return 2
-    except TrainingDiverged as e:
+    except (TrainingDiverged, ActorsLost) as e:
         print(f"ctrl-rl: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -198,6 +199,9 @@ def cmd_train(args: list[str]) -> int:
     entry = registry.get(algo)
     cfg_cls, loop_cls = entry.config, loop_config_class(entry.regime)
     prog = f"ctrl-rl train {algo}"
+    if "trace_lambda" in {f.name for f in dataclasses.fields(cfg_cls)}:  # --lambda: `lambda` is a Python keyword
+        rest = ["--trace-lambda" + a[len("--lambda"):] if a == "--lambda" or a.startswith("--lambda=") else a
+                for a in rest]
     _check_flags(rest, _flag_names(RunConfig, loop_cls, cfg_cls), prog)
 
     resume_dir = _pop_value(rest, "--resume")

@@ -192,13 +192,44 @@ class RecurrentModelBasedLoopConfig:
             raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
 
 
+@dataclass(frozen=True)
+class ActorLearnerLoopConfig:
+    """Settings of the actor-learner loop (``ctrl_rl.learn.actor_learner``); ``--num-envs`` is per actor."""
+
+    actors: int = 2
+    """K: actors, each stepping ``--num-envs`` envs with the last weights it received."""
+    backend: Literal["inprocess", "process", "ray"] = "inprocess"
+    """Where actors run: in the learner's process (in turn; deterministic, resumable exactly), in worker
+    processes (torch.multiprocessing), or as Ray actors (``pip install 'ctrl-rl[ray]'``; local, or a cluster
+    through ``--ray-address``)."""
+    unroll: int = 20
+    """T: env steps per segment an actor sends (the paper's unroll length)."""
+    segments_per_update: int = 2
+    """Segments (each T x num_envs) the learner batches into one update."""
+    broadcast_every: int = 1
+    """Learner updates between weight broadcasts to the actors."""
+    max_policy_lag: int = 100
+    """Report segments collected with weights more than this many updates old (they are still used)."""
+    actor_timeout: float = 120.0
+    """Seconds without a segment from any actor before the learner declares the actors lost."""
+    ray_address: str | None = None
+    """Ray cluster address (``ray start --head`` prints it); None starts a local Ray instance."""
+
+    def __post_init__(self) -> None:
+        for flag in ("actors", "unroll", "segments_per_update", "broadcast_every", "max_policy_lag"):
+            _positive_int(flag.replace("_", "-"), getattr(self, flag))
+        if not (isinstance(self.actor_timeout, (int, float)) and self.actor_timeout > 0):
+            raise UserInputError(f"invalid --actor-timeout {self.actor_timeout!r}: expected a positive number of seconds")
+
+
 # The loop config of every regime (the loop each regime runs in is in ctrl_rl.learn.LOOPS).
 LOOP_CONFIGS: dict[str, type] = {"on-policy": OnPolicyLoopConfig, "off-policy": OffPolicyLoopConfig,
                                  "offline-to-online": OffPolicyLoopConfig, "offline": OfflineLoopConfig,
                                  "world-model": WorldModelLoopConfig, "model-based": ModelBasedLoopConfig,
-                                 "model-based-recurrent": RecurrentModelBasedLoopConfig}
+                                 "model-based-recurrent": RecurrentModelBasedLoopConfig,
+                                 "actor-learner": ActorLearnerLoopConfig}
 LoopConfig = (OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig | WorldModelLoopConfig
-              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig)
+              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig)
 
 
 @dataclass(frozen=True)

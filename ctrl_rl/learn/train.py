@@ -18,6 +18,7 @@ from ctrl_rl.algos import registry
 from ctrl_rl.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
+from ctrl_rl.learn.actor_learner import train_actor_learner
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.model_based import train_dynamics, train_model_based
 from ctrl_rl.learn.neubay import train_neubay
@@ -28,7 +29,7 @@ from ctrl_rl.learn.runtime import TrainResult
 
 LOOPS = {"on-policy": train_onpolicy, "off-policy": train_offpolicy, "offline-to-online": train_offpolicy,
          "offline": train_offline, "world-model": train_dynamics, "model-based": train_model_based,
-         "model-based-recurrent": train_neubay}
+         "model-based-recurrent": train_neubay, "actor-learner": train_actor_learner}
 
 
 def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
@@ -43,7 +44,7 @@ def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = Fal
         raise UserInputError(f"{algo_name!r} runs in one process: expected `ctrl-rl train {algo_name}` without torchrun")
     if entry.regime == "on-policy":
         return train_onpolicy(run, algo_name, cfg, run_dir, resume, max_iterations, dist_info)
-    if entry.regime in ("offline", "world-model", "model-based", "model-based-recurrent"):
+    if entry.regime in ("offline", "world-model", "model-based", "model-based-recurrent", "actor-learner"):
         return LOOPS[entry.regime](run, algo_name, cfg, run_dir, resume, max_iterations)
     loop = run.loop
     if entry.pretrain_step is not None and loop.offline_steps > 0 and (loop.init is None or _is_own_pretrain(loop, run_dir)):
