@@ -489,6 +489,11 @@ def dataset_info(path: str, opts: DataInfoOptions) -> dict:
     from ctrl_rl.storage.datasets.loader import env_spec
     from ctrl_rl.storage.datasets.scores import normalized_score, normalized_score_from
 
+    if (Path(path) / "meta" / "info.json").is_file():  # a LeRobot dataset: its own summary
+        from ctrl_rl.storage.datasets.lerobot import lerobot_info
+
+        info = lerobot_info(path)
+        return {"dataset": path, "format": "lerobot", **{k: v for k, v in info.items() if k != "features"}}
     # whole episodes: the trajectory view of a file (Minari datasets have only that view); a generated
     # dataset id (hopper-medium-v5) is its file in the dataset cache
     file = Path(path) if Path(path).is_file() else resolve_dataset_id(path)

@@ -43,10 +43,15 @@ def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_
     * a Minari dataset: ``minari:<id>``, a bare id found under ``minari_root`` / ``$MINARI_DATASETS_PATH``, or
       a dataset directory (holding ``data/metadata.json``). Minari stores every next observation, so its one
       view is the trajectory view; ``view="qlearning"`` and the D4RL-only options are refused.
+    * a LeRobot dataset directory (``meta/info.json``, v3.0 or v2.x; ``lerobot.load_lerobot``): the
+      ``observation.state`` vector and ``action``, rewards and terminals where the dataset has them. Its next
+      observations are the next frames, so it too has the trajectory view only.
     """
     kind, where, root = _locate(path_or_id, minari_root)
     if kind == "minari":
         return _minari(str(where), root, view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
+    if kind == "lerobot":
+        return _lerobot(Path(where), view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
     f = read_d4rl(where, obs_dim, action_dim)
     meta = read_meta(f)
     ds = make_view(f, view or "qlearning", terminate_on_end, max_episode_steps)
@@ -78,6 +83,8 @@ def infer_env_id(path_or_id: str | Path, minari_root: str | Path | None = None) 
     kind, where, root = _locate(path_or_id, minari_root)
     if kind == "minari":
         return minari_env_id(str(where), root)
+    if kind == "lerobot":
+        return None  # LeRobot records a robot type, not a simulator task
     with open_hdf5(where) as f:
         import h5py  # an optional dependency: open_hdf5 has said how to install it when it is missing
 
@@ -118,8 +125,9 @@ def check_env_fits(ds: OfflineDataset, env_id: str, spec: EnvSpec | None = None)
 
 
 def _locate(path_or_id: str | Path, minari_root: str | Path | None
-            ) -> tuple[Literal["file", "minari"], Path | str, str | Path | None]:
-    """``("file", path, None)`` or ``("minari", dataset id, root)``; refuses what is neither, in one sentence."""
+            ) -> tuple[Literal["file", "minari", "lerobot"], Path | str, str | Path | None]:
+    """``("file", path, None)``, ``("minari", dataset id, root)`` or ``("lerobot", directory, None)``; refuses what
+    is none of them, in one sentence."""
     text = str(path_or_id)
     if text.startswith(MINARI_PREFIX):
         return "minari", text[len(MINARI_PREFIX):], minari_root
@@ -129,8 +137,10 @@ def _locate(path_or_id: str | Path, minari_root: str | Path | None
     if p.is_dir():
         if (p / "data" / "metadata.json").is_file():
             return "minari", p.name, p.parent
-        raise UserInputError(f"dataset path {p} is a directory: expected an HDF5 file or a Minari dataset directory "
-                             f"holding data/metadata.json")
+        if (p / "meta" / "info.json").is_file():
+            return "lerobot", p, None
+        raise UserInputError(f"dataset path {p} is a directory: expected an HDF5 file, a Minari dataset directory "
+                             f"holding data/metadata.json or a LeRobot dataset directory holding meta/info.json")
     if p.is_file():
         return "file", p, None
     if p.suffix.lower() in _HDF5_SUFFIXES:
@@ -139,6 +149,19 @@ def _locate(path_or_id: str | Path, minari_root: str | Path | None
         return "minari", text, minari_root
     raise UserInputError(f"dataset {text!r} is neither an existing file nor a Minari dataset under "
                          f"{datasets_root(minari_root)}: expected a D4RL or ctrl_rl .hdf5 path or a local Minari id")
+
+
+def _lerobot(path: Path, view, terminate_on_end, max_episode_steps, obs_dim, action_dim) -> OfflineDataset:
+    from ctrl_rl.storage.datasets.lerobot import load_lerobot
+
+    if view == "qlearning" or terminate_on_end or max_episode_steps is not None:
+        raise UserInputError(f"LeRobot dataset {str(path)!r} stores whole episodes: expected the trajectory view "
+                             "without terminate_on_end or max_episode_steps (D4RL-file options)")
+    ds = load_lerobot(path)
+    for what, have, want in (("observation", ds.obs_dim, obs_dim), ("action", ds.action_dim, action_dim)):
+        if want is not None and have != want:
+            raise UserInputError(f"LeRobot dataset {str(path)!r} has {what}s of dim {have}: expected {want}")
+    return ds
 
 
 def _minari(dataset_id, root, view, terminate_on_end, max_episode_steps, obs_dim, action_dim) -> OfflineDataset:
