@@ -7,6 +7,7 @@
     ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--log FILE]
     ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
     ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5 --level random|medium|expert|medium-expert|medium-replay|all
+    ctrl-rl data generate --env manip:Lift --level scripted --format lerobot [--episodes N] [--noise X] [--out DIR]
                           [--steps N] [--seed K] [--num-envs N] [--workers W] [--out PATH] [--force] [--from-run DIR]
     ctrl-rl plot RUN_DIR [--out PNG]
     ctrl-rl list envs|algos|presets                 (algos: every registered algorithm, its regime and summary)
@@ -27,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Generic, Literal, TypeVar
 
 import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first window covers the imports)
 import tyro
@@ -438,11 +439,25 @@ class DataGenerateOptions:
     instead of re-running the recorded training."""
     progress: bool = True
     """Show a progress bar."""
+    format: Literal["hdf5", "lerobot"] = "hdf5"
+    """hdf5 (the D4RL-protocol MuJoCo datasets) or lerobot (scripted manipulation demonstrations, --level scripted)."""
+    episodes: int = 50
+    """Scripted data: episodes to record."""
+    noise: float = 0.0
+    """Scripted data: std of Gaussian noise on the expert's actions (failed episodes are kept and marked)."""
+    cameras: str = "all"
+    """Scripted data: cameras to record (all, none, or names joined by +)."""
+    image_size: str = "180x320"
+    """Scripted data: H x W of the camera images."""
+    randomize: bool = False
+    """Scripted data: the task's domain randomisation."""
 
 
 DATA_USAGE = ("usage: ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]\n"
               "       ctrl-rl data generate --env ID --level LEVEL [--steps N] [--seed K] [--num-envs N] [--workers W] "
-              "[--out PATH] [--force] [--from-run DIR]   (`ctrl-rl data generate --help` explains them)")
+              "[--out PATH] [--force] [--from-run DIR]   (`ctrl-rl data generate --help` explains them)\n"
+              "       ctrl-rl data generate --env manip:TASK --level scripted --format lerobot [--episodes N] "
+              "[--noise X] [--cameras all] [--image-size 180x320] [--randomize] [--out DIR]")
 
 
 def cmd_data(args: list[str]) -> int:
@@ -472,6 +487,18 @@ def cmd_data_generate(args: list[str]) -> int:
     opts = _tyro_parse(DataGenerateOptions, args, DataGenerateOptions(), prog)
     if not opts.env or not opts.level:
         raise UserInputError(f"`{prog}` needs --env and --level: expected e.g. --env Hopper-v5 --level medium")
+    if opts.env.startswith("manip:") or opts.level == "scripted" or opts.format == "lerobot":
+        from ctrl_rl.datagen.scripted import ScriptedOptions, generate_scripted
+
+        if opts.level != "scripted" or opts.format != "lerobot" or not opts.env.startswith("manip:"):
+            raise UserInputError(f"--env {opts.env} --level {opts.level} --format {opts.format}: scripted demonstrations "
+                                 "are recorded for the manipulation tasks in the LeRobot layout, expected --env "
+                                 "manip:TASK --level scripted --format lerobot")
+        n = opts.num_envs if any(a.startswith("--num-envs") or a.startswith("--num_envs") for a in args) else 4
+        summary = generate_scripted(ScriptedOptions(opts.env, opts.episodes, opts.noise, opts.cameras, opts.image_size,
+                                                    opts.seed, n, opts.randomize, opts.out, opts.force), opts.progress)
+        print(json.dumps(summary), flush=True)
+        return 0
     if opts.workers < 0:
         raise UserInputError(f"invalid --workers {opts.workers}: expected 0 (one per core) or a positive integer")
     jobs = plan(opts.env, opts.level, opts.steps, opts.seed, opts.num_envs, opts.out, opts.force, opts.from_run)

@@ -34,7 +34,7 @@ import torch
 from ctrl_rl.core.obs import Obs, obs_clone, obs_equal, obs_index, state_shape
 from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, StepOut
 
-_BACKEND_PREFIX = {"torch": "torch:", "envpool": "envpool:", "gymnasium": "gym:", "dmc": "dmc:"}
+_BACKEND_PREFIX = {"torch": "torch:", "envpool": "envpool:", "gymnasium": "gym:", "dmc": "dmc:", "manip": "manip:"}
 
 
 def random_actions(spec: EnvSpec, num_envs: int, device: torch.device, generator: torch.Generator) -> torch.Tensor:

@@ -9,6 +9,7 @@ id                  backend                                                examp
 ``envpool:<task>``  envpool (C++ thread pool), incl. its dm_control tasks  ``envpool:HalfCheetah-v5``
 ``gym:<id>``        gymnasium vector env (also ``gymnasium:<id>``)         ``gym:Pendulum-v1``
 ``dmc:<dom>-<t>``   dm_control suite, run directly                         ``dmc:cheetah-run``
+``manip:<Task>``    Franka tabletop tasks (MuJoCo, envs/manipulation)      ``manip:Lift,cameras=all``
 ``<id>``            envpool if it has the task, else gymnasium             ``HalfCheetah-v5``
 ==================  =====================================================  ==========================
 
@@ -36,8 +37,9 @@ from ctrl_rl.envs.protocol import BatchedEnv
 from ctrl_rl.errors import UserInputError
 
 # prefix -> backend name (EnvSpec.backend)
-PREFIXES = {"torch": "torch", "envpool": "envpool", "gym": "gymnasium", "gymnasium": "gymnasium", "dmc": "dmc"}
-_BACKEND_PREFIX = {"torch": "torch", "envpool": "envpool", "gymnasium": "gym", "dmc": "dmc"}
+PREFIXES = {"torch": "torch", "envpool": "envpool", "gym": "gymnasium", "gymnasium": "gymnasium", "dmc": "dmc",
+            "manip": "manip"}
+_BACKEND_PREFIX = {"torch": "torch", "envpool": "envpool", "gymnasium": "gym", "dmc": "dmc", "manip": "manip"}
 
 # A representative selection per backend for `ctrl-rl list envs` (every envpool task, gymnasium id
 # and dm_control suite task works; these are the control ones people start from).
@@ -60,13 +62,14 @@ _DMC_IDS = (
     "finger-turn_easy", "ball_in_cup-catch", "acrobot-swingup", "pendulum-swingup", "point_mass-easy",
     "fish-swim", "swimmer-swimmer6", "manipulator-bring_ball",
 )  # fmt: skip
+_MANIP_IDS = ("Reach", "Lift", "Push", "PickPlace", "OpenDrawer")  # envs/manipulation/tasks.py TASKS
 
 
 def list_envs(backend: str | None = None) -> list[str]:
-    """Representative env ids, grouped by backend (torch, envpool, gymnasium, dmc), all prefixed.
+    """Representative env ids, grouped by backend (torch, envpool, gymnasium, dmc, manip), all prefixed.
 
     Args:
-        backend: only this backend's ids ("torch", "envpool", "gymnasium", "dmc"); None for all.
+        backend: only this backend's ids ("torch", "envpool", "gymnasium", "dmc", "manip"); None for all.
     """
     if backend is not None and backend not in _BACKEND_PREFIX:
         raise UserInputError(f"unknown backend {backend!r}: expected one of {', '.join(_BACKEND_PREFIX)}.")
@@ -79,6 +82,7 @@ def list_envs(backend: str | None = None) -> list[str]:
         "envpool": [f"envpool:{t}" for t in _ENVPOOL_IDS],
         "gymnasium": [f"gym:{t}" for t in _GYM_IDS],
         "dmc": [f"dmc:{t}" for t in _DMC_IDS],
+        "manip": [f"manip:{t}" for t in _MANIP_IDS],
     }
     return [i for b, ids in groups.items() if backend in (None, b) for i in ids]
 
@@ -138,7 +142,8 @@ def make_env(
         chosen = backend if backend != "auto" else _auto_backend(env_id)
 
     kwargs = dict(kwargs, **options, device=device, seed=seed)
-    _require({"envpool": "envpool", "gymnasium": "gymnasium", "dmc": "dm_control"}.get(chosen), env_id)
+    _require({"envpool": "envpool", "gymnasium": "gymnasium", "dmc": "dm_control", "manip": "mujoco"}.get(chosen),
+             env_id)
     if chosen == "torch":
         registry = _torch_envs()
         if name not in registry:
@@ -154,6 +159,10 @@ def make_env(
             if not options:
                 raise
             raise UserInputError(f"env id {full_id!r}: {e}") from None
+    if chosen == "manip":
+        from ctrl_rl.envs.manipulation import make_manip
+
+        return make_manip(name, num_envs=num_envs, **kwargs)  # unknown tasks and options: UserInputError there
     if chosen == "envpool":
         tasks = _envpool_tasks()
         if name not in tasks:

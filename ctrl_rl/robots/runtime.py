@@ -69,8 +69,8 @@ class SimRobot:
     """A ctrl_rl env (one instance) behind ``RobotInterface``; episodes restart automatically.
 
     ``episodes`` holds one dict per finished episode: return, length and success (when the env reports
-    ``info["success"]``). An env whose unwrapped object has ``robot_state()`` (the manipulation tasks) gives the
-    filter joint and end-effector positions.
+    ``info["success"]``). An env with a ``robot_state_layout`` (the manipulation tasks: column ranges of the joint
+    positions and the end-effector position in its ``state`` vector) gives the filter what it checks.
     """
 
     def __init__(self, env_id: str, seed: int = 0):
@@ -94,11 +94,12 @@ class SimRobot:
         return getattr(self.env, "robot", None)
 
     def _state(self) -> RobotState:
-        get = getattr(self.env, "robot_state", None)
-        if get is None:
+        layout = getattr(self.env, "robot_state_layout", None)
+        if layout is None:
             return RobotState()
-        s = get()
-        return RobotState(joint_position=np.asarray(s["joint_position"])[0], ee_position=np.asarray(s["ee_position"])[0])
+        state = (self._obs["state"] if isinstance(self._obs, dict) else self._obs)[0].cpu().numpy()  # [O]
+        (a, b), (c, d) = layout["joint_position"], layout["ee_position"]
+        return RobotState(joint_position=state[a:b].astype(np.float64), ee_position=state[c:d].astype(np.float64))
 
     def observe(self) -> Observation:
         obs = self._obs if isinstance(self._obs, dict) else {"state": self._obs}
