@@ -83,17 +83,21 @@ class EpisodeStats(Wrapper):
     """Tracks per-env undiscounted return and length on the device.
 
     Adds to ``info``: ``episode_return [N]`` and ``episode_length [N]`` (values of the episode that just
-    ended, zero elsewhere) and ``episode_done [N]`` bool. Put it innermost so it sees raw rewards.
+    ended, zero elsewhere) and ``episode_done [N]`` bool. For an env that reports ``info["success"]`` per step
+    (the manipulation tasks) also ``episode_success [N]``: the episode that just ended succeeded at some step.
+    Put it innermost so it sees raw rewards.
     """
 
     def __init__(self, env: BatchedEnv):
         super().__init__(env)
         self.ret = torch.zeros(self.num_envs, device=self.device)  # [N]
         self.len = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
+        self.succ = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)  # [N]
 
     def reset(self, seed: int | None = None) -> Obs:
         self.ret.zero_()
         self.len.zero_()
+        self.succ.zero_()
         return self.env.reset(seed)
 
     def out(self, out: StepOut) -> StepOut:
@@ -106,14 +110,20 @@ class EpisodeStats(Wrapper):
         out.info["episode_done"] = done
         self.ret.masked_fill_(done, 0.0)
         self.len.masked_fill_(done, 0)
+        if "success" in out.info:
+            self.succ |= out.info["success"].to(self.device, torch.bool)
+            out.info["episode_success"] = done & self.succ  # [N]
+            self.succ.masked_fill_(done, False)
         return out
 
     def own_state(self) -> dict:
-        return {"ret": self.ret.clone(), "len": self.len.clone()}
+        return {"ret": self.ret.clone(), "len": self.len.clone(), "succ": self.succ.clone()}
 
     def load_own_state(self, state: dict) -> None:
         self.ret.copy_(state["ret"])
         self.len.copy_(state["len"])
+        if "succ" in state:  # checkpoints from before success tracking have none: no episode had succeeded
+            self.succ.copy_(state["succ"])
 
 
 class ActionRescale(Wrapper):

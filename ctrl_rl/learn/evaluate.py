@@ -39,7 +39,8 @@ class EvalOptions:
 
 @torch.no_grad()
 def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int, max_steps: int = 100_000,
-                 observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One episode per env of ``env`` (an EpisodeStats-wrapped BatchedEnv) under ``policy(obs) -> action``.
 
     ``observe(reward [N], done [N])``, when given, is called after every step (a recurrent policy's acting state:
@@ -51,6 +52,7 @@ def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int,
     returns = torch.full((N,), float("nan"))
     lengths = torch.zeros(N, dtype=torch.int64)
     finished = torch.zeros(N, dtype=torch.bool)
+    success: torch.Tensor | None = None
     for _ in range(max_steps):
         out = env.step(policy(obs))
         if observe is not None:
@@ -58,11 +60,15 @@ def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int,
         d = out.info["episode_done"].cpu() & ~finished
         returns[d] = out.info["episode_return"].cpu()[d].float()
         lengths[d] = out.info["episode_length"].cpu()[d]
+        if "episode_success" in out.info:
+            if success is None:
+                success = torch.zeros(N, dtype=torch.bool)
+            success[d] = out.info["episode_success"].cpu()[d]
         finished |= d
         obs = out.obs
         if bool(finished.all()):
             break
-    return returns[finished], lengths[finished]
+    return returns[finished], lengths[finished], (success[finished] if success is not None else None)
 
 
 def _acting_state(algo, n: int):
@@ -74,21 +80,23 @@ def _acting_state(algo, n: int):
     return algo.observe
 
 
-def evaluate_policy(algo, run, episodes: int, seed: int) -> tuple[float, float | None, str]:
+def evaluate_policy(algo, run, episodes: int, seed: int) -> tuple[float, float | None, str, float | None]:
     """Mean deterministic return over ``episodes`` episodes in ``run.env``, its normalized score and the table used
-    (or, instead of a score, the sentence saying why there is none)."""
+    (or, instead of a score, the sentence saying why there is none), and the success rate where the env reports
+    success (else None)."""
     env = build_env(dataclasses.replace(run, reward_scale=False), episodes, seed)
     try:
-        returns, _ = run_episodes(lambda o: algo.act(o, deterministic=True), env, seed,
-                                  observe=_acting_state(algo, episodes))
+        returns, _, success = run_episodes(lambda o: algo.act(o, deterministic=True), env, seed,
+                                           observe=_acting_state(algo, episodes))
     finally:
         env.close()
     mean = float(returns.mean()) if returns.numel() else float("nan")
+    rate = float(success.float().mean()) if success is not None and success.numel() else None
     try:
         score, source = normalized_score(run.env, mean)
-        return mean, float(score), source
+        return mean, float(score), source, rate
     except UserInputError as e:
-        return mean, None, str(e)
+        return mean, None, str(e), rate
 
 
 def load_policy(path: str, device: str = "cpu", env: str | None = None, seed: int = 0):
@@ -123,8 +131,8 @@ def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
     algo, run, ck_path, ck = load_policy(path, opts.device, opts.env, opts.seed)
     env = build_env(run, opts.episodes, opts.seed)
     try:
-        done, lengths = run_episodes(lambda o: algo.act(o, deterministic=not opts.stochastic), env, opts.seed,
-                                     opts.max_steps, _acting_state(algo, opts.episodes))
+        done, lengths, success = run_episodes(lambda o: algo.act(o, deterministic=not opts.stochastic), env,
+                                              opts.seed, opts.max_steps, _acting_state(algo, opts.episodes))
     finally:
         env.close()
     n = done.numel()
@@ -134,4 +142,5 @@ def evaluate_checkpoint(path: str, opts: EvalOptions) -> dict:
         "return_std": float(done.std(unbiased=False)) if n else None,
         "length_mean": float(lengths.float().mean()) if n else None,
         "deterministic": not opts.stochastic,
+        **({"success_rate": float(success.float().mean())} if success is not None and success.numel() else {}),
     }

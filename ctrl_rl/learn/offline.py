@@ -115,9 +115,11 @@ def run_updates(ctx: RunContext, algo, update, step: int, last_return: float, re
                    "updates_per_s": round((step - step_log) / max(now - t_log, 1e-9), 1), **vals, **pending}
             t_log, step_log, pending = now, step, {}
             if evaluate:
-                ret, score, source = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
+                ret, score, source, success = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
                 last_return = ret
                 row.update(episode_return=ret, normalized_score=score, score_reference=source)
+                if success is not None:
+                    row["eval_success_rate"] = success
                 postfix = f"return={ret:.1f} score={'-' if score is None else f'{score:.1f}'}"
             ctx.log(row)
         ctx.advance(1, postfix)

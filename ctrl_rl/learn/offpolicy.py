@@ -89,21 +89,26 @@ def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
 
 
 class EpisodeTally:
-    """Sums of finished episodes' returns and lengths on the device (read at the logging boundary)."""
+    """Sums of finished episodes' returns, lengths and successes on the device (read at the logging boundary)."""
 
     def __init__(self, num_envs: int, device: torch.device):
-        self.sums = torch.zeros(3, num_envs, device=device)  # [3,N] per-env sums: returns, lengths, episodes
+        self.sums = torch.zeros(4, num_envs, device=device)  # [4,N] per-env sums: returns, lengths, episodes, successes
+        self.has_success = False
 
-    def add(self, info: dict) -> None:  # three in-place adds, no reduction per step
-        ret, length, count = self.sums
+    def add(self, info: dict) -> None:  # in-place adds, no reduction per step
+        ret, length, count, succ = self.sums
         ret += info["episode_return"]
         length += info["episode_length"]
         count += info["episode_done"]
+        if "episode_success" in info:
+            self.has_success = True
+            succ += info["episode_success"]
 
-    def pop(self) -> tuple[float, float, int]:
-        s, ln, n = self.sums.sum(1).tolist()
+    def pop(self) -> tuple[float, float, int, float | None]:
+        """(sum of returns, sum of lengths, episodes, success rate or None where the env reports no success)."""
+        s, ln, n, k = self.sums.sum(1).tolist()
         self.sums.zero_()
-        return s, ln, int(n)
+        return s, ln, int(n), ((k / n) if n > 0 else None) if self.has_success else None
 
 
 def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
@@ -199,8 +204,9 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline
         saved_at = it
 
     def evaluate() -> dict:
-        ret, score, source = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
-        return {"eval_return": ret, "normalized_score": score, "score_reference": source}
+        ret, score, source, success = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
+        row = {"eval_return": ret, "normalized_score": score, "score_reference": source}
+        return row if success is None else {**row, "eval_success_rate": success}
 
     tally = EpisodeTally(N, device)
     info: dict = {}
@@ -236,7 +242,7 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline
         if it % run.log_every == 0 or it == iterations:
             vals = ctx.floats(info)
             ctx.check_finite(vals, algo, f"step {step} (update {updates})")
-            s, ln, n = tally.pop()
+            s, ln, n, success = tally.pop()
             if n > 0:
                 last_return = s / n
             now = time.time()
@@ -247,6 +253,8 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline
                    "updates": updates, "episode_return": (s / n) if n > 0 else None,
                    "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(sps, 1),
                    "updates_per_s": round(ups, 1), "replay_size": len(buffer), **vals}
+            if success is not None:
+                row["success_rate"] = success
             if run.eval_every and it == iterations:
                 row.update(evaluate())
                 next_eval = step + run.eval_every

@@ -49,14 +49,16 @@ class Collector:
         bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
         self.slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
         self.num_envs = bounds[-1]
-        # Per-env sums of finished episodes' returns and lengths and of their count, [3,N]: three
-        # in-place adds per step instead of reducing to scalars every step; ``stats`` reduces on demand.
-        self._episode_sums = torch.zeros(3, self.num_envs, device=device)  # [3,N]
+        # Per-env sums of finished episodes' returns, lengths, count and successes, [4,N]: in-place adds per
+        # step instead of reducing to scalars every step; ``stats`` reduces on demand.
+        self._episode_sums = torch.zeros(4, self.num_envs, device=device)  # [4,N]
+        self.has_success = False  # the env reports success (info["episode_success"])
         self._sum_rows = [[row[sl] for row in self._episode_sums] for sl in self.slices]  # views per group
 
     @property
     def stats(self) -> torch.Tensor:
-        """Sum of returns, sum of lengths and number of the episodes finished since ``zero_stats``, ``[3]``."""
+        """Sum of returns, sum of lengths, number and successes of the episodes finished since ``zero_stats``,
+        ``[4]``."""
         return self._episode_sums.sum(1)
 
     def zero_stats(self) -> None:
@@ -68,10 +70,13 @@ class Collector:
     def _record(self, t, storage, obs, action, logp, out, g) -> torch.Tensor:
         storage.add(t, obs, action, logp, out, self.slices[g])
         info = out.info
-        ret, length, count = self._sum_rows[g]
+        ret, length, count, succ = self._sum_rows[g]
         ret += info["episode_return"]
         length += info["episode_length"]
         count += info["episode_done"]
+        if "episode_success" in info:
+            self.has_success = True
+            succ += info["episode_success"]
         return out.obs
 
     def collect(self, algo, storage: RolloutStorage, obs: torch.Tensor) -> torch.Tensor:
@@ -235,7 +240,7 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
             stats = env.stats
             if dist_info.enabled:
                 stats = D.all_reduce_sum(stats)
-            s, ln, n = stats.tolist()
+            s, ln, n, k = stats.tolist()
             if n > 0:
                 last_return = s / n
             env.zero_stats()
@@ -245,7 +250,8 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
             # null where no episode finished in this interval (no carried-forward values)
             ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), "iteration": it,
                      "episode_return": (s / n) if n > 0 else None, "episode_length": (ln / n) if n > 0 else None,
-                     "episodes": int(n), "sps": round(sps, 1), **info})
+                     "episodes": int(n), "sps": round(sps, 1),
+                     **({"success_rate": (k / n) if n > 0 else None} if env.has_success else {}), **info})
             postfix = f"sps={sps:,.0f} return={'-' if math.isnan(last_return) else f'{last_return:.1f}'}"
         ctx.advance(steps_per_iter, postfix)
         if it % run.checkpoint_every == 0 or it == iterations:
