@@ -24,7 +24,10 @@ Regimes and the loop each one runs in (``ctrl_rl.learn``):
   (NeuBay). Such an algorithm also has ``schedule(progress)``, the collector's ``warm_up`` / ``advance`` /
   ``sample_action`` (``world_models.history.HistoryAgent``), and ``reset_state(n)`` / ``observe(reward, done)``
   for its acting state.
-- ``actor-learner``: reserved for the actor-learner loop.
+- ``actor-learner``: actors (in-process, worker processes or Ray) collect ``[T, N]`` segments with the weights they
+  last received -> the learner's ``update(segments)`` with off-policy correction (IMPALA's V-trace, DoMo-AC). Such
+  an algorithm also has ``sample(obs) -> (action, log_prob)`` and ``policy_state()`` / ``load_policy_state()`` (the
+  weights an actor needs).
 
 The algorithm contract (see docs/architecture.md): ``act(obs, deterministic=False) -> action``,
 ``update(batch, sync=False) -> dict[str, Tensor]`` (device tensors; the loop converts them once per log
