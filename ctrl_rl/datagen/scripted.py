@@ -167,12 +167,19 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
             "image_size": list(hw), "noise": opts.noise, "seconds": round(time.time() - t0, 1)}
 
 
+def _droid_pose(pose: np.ndarray) -> np.ndarray:
+    """The env's pose (roll in [0, 2 pi)) in DROID's convention (roll in (-pi, pi])."""
+    out = pose.astype(np.float32).copy()
+    out[3] = (out[3] + math.pi) % (2 * math.pi) - math.pi
+    return out
+
+
 def _frame(state, reached, a, grip, images, reward, terminal, success) -> dict:
     q, q_next = state[:7], reached[:7]
     return {
         "observation.state": np.concatenate([q, state[13:14]]).astype(np.float32),
         "observation.state.joint_position": q.astype(np.float32),
-        "observation.state.cartesian_position": state[7:13].astype(np.float32),
+        "observation.state.cartesian_position": _droid_pose(state[7:13]),
         "observation.state.gripper_position": state[13:14].astype(np.float32),
         "observation.environment_state": state[14:].astype(np.float32),
         **{f"observation.images.{k}": v for k, v in images.items()},
@@ -180,7 +187,7 @@ def _frame(state, reached, a, grip, images, reward, terminal, success) -> dict:
         "action.gripper_velocity": a[6:7].astype(np.float32),
         "action.gripper_position": np.array([grip], np.float32),
         "action.joint_position": q_next.astype(np.float32),
-        "action.cartesian_position": reached[7:13].astype(np.float32),
+        "action.cartesian_position": _droid_pose(reached[7:13]),
         "action.joint_velocity": np.clip((q_next - q) / JOINT_STEP, -1, 1).astype(np.float32),
         "action": np.concatenate([q_next, [grip]]).astype(np.float32),
         "action.original": np.concatenate([a[:6], [grip]]).astype(np.float32),

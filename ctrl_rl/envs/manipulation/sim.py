@@ -203,6 +203,9 @@ class ManipSim:
         """The flat ``state`` vector ``[O]`` float32 (layout in the module docstring)."""
         d = self.data
         ee_euler = mat_to_euler(self.ee_rot)
+        # roll in [0, 2 pi) rather than DROID's (-pi, pi]: the working orientation (pointing down) has roll pi,
+        # where DROID's wrap would flip the input by 2 pi from step to step; the rotation is the same
+        ee_euler[0] = ee_euler[0] % (2 * math.pi)
         priv = tasks.privileged(self.task, self)
         return np.concatenate([d.qpos[self.qpos_idx], self.ee_pos, ee_euler, [self.gripper], priv]).astype(np.float32)
 
