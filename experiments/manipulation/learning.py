@@ -76,9 +76,27 @@ def command(a, algo, task, seed, steps) -> list[str]:
             "--total-steps", str(steps), "--run-dir", str(d), "--no-progress", "--threads", "1", *FLAGS[algo]]
 
 
+def done_steps(d: Path) -> int:
+    m = d / "metrics.jsonl"
+    lines = m.read_text().splitlines() if m.is_file() else []
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
+def final_eval(a, job) -> None:
+    ev = subprocess.run([sys.executable, "-m", "ctrl_rl", "eval", str(run_dir(a, *job)), "--episodes", "20"],
+                        capture_output=True, text=True, cwd=ROOT)
+    if ev.returncode == 0:
+        (run_dir(a, *job) / "final_eval.json").write_text(ev.stdout)
+
+
 def launch(a) -> None:
     b = budgets(a)
     todo = [(algo, task, seed) for task in a.tasks for algo in a.algos for seed in a.seeds]
+    for job in list(todo):  # finished runs: only their final evaluation, when it is missing
+        if done_steps(run_dir(a, *job)) >= b[f"{job[0]}:{job[1]}"]:
+            todo.remove(job)
+            if not (run_dir(a, *job) / "final_eval.json").is_file():
+                final_eval(a, job)
     a.runs_dir.mkdir(parents=True, exist_ok=True)
     log = open(a.runs_dir / "commands.txt", "a")
     running: list[tuple[subprocess.Popen, tuple]] = []
@@ -96,10 +114,7 @@ def launch(a) -> None:
                 running.remove((p, job))
                 print(f"{job} exited {p.returncode}", flush=True)
                 if p.returncode == 0:
-                    ev = subprocess.run([sys.executable, "-m", "ctrl_rl", "eval", str(run_dir(a, *job)), "--episodes",
-                                         "20"], capture_output=True, text=True, cwd=ROOT)
-                    if ev.returncode == 0:
-                        (run_dir(a, *job) / "final_eval.json").write_text(ev.stdout)
+                    final_eval(a, job)
 
 
 def summarize(a, argv) -> None:
