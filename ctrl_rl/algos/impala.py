@@ -37,11 +37,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ctrl_rl.algos.ppo import ActorCritic, DeterministicPolicy
+from ctrl_rl.algos.ppo import ActorCritic, ActorCriticFields, DeterministicPolicy
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import categorical_sample, normal_log_prob, categorical_log_prob
-from ctrl_rl.core.encoders import EncoderFields
-from ctrl_rl.core.nets import Activation
 from ctrl_rl.core.obs import Obs, obs_map
 from ctrl_rl.core.returns import domo_advantage, vtrace
 from ctrl_rl.core.types import Rollout
@@ -50,8 +48,8 @@ from ctrl_rl.envs.protocol import EnvSpec
 
 
 @dataclass(frozen=True)
-class IMPALAConfig(EncoderFields):
-    """V-trace actor-critic hyperparameters (module docstring for sources)."""
+class IMPALAConfig(ActorCriticFields):
+    """V-trace actor-critic hyperparameters (module docstring for sources); the network fields are PPO's."""
 
     lr: float = 6e-4
     """Learning rate."""
@@ -76,22 +74,6 @@ class IMPALAConfig(EncoderFields):
     """Weight of the entropy bonus."""
     max_grad_norm: float = 40.0
     """Global gradient-norm clip (<= 0 disables)."""
-    actor_hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy network."""
-    critic_hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the value network."""
-    activation: Activation = "tanh"
-    """Hidden activation."""
-    init_log_std: float = 0.0
-    """Initial state-independent log standard deviation of the Gaussian head."""
-    obs_norm: bool = True
-    """Normalize observations with running mean/std (folded into exported policies)."""
-    cnn_channels: int = 32
-    """Image encoder (multi-part observations): channels per conv layer."""
-    cnn_layers: int = 4
-    """Image encoder: conv layers per camera."""
-    image_features: int = 50
-    """Image encoder: features per camera."""
 
     def __post_init__(self) -> None:
         check_fields(self)

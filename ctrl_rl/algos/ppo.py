@@ -60,7 +60,31 @@ from ctrl_rl.algos.registry import AlgoEntry, register
 
 
 @dataclass(frozen=True)
-class PPOConfig(EncoderFields):
+class ActorCriticFields(EncoderFields):
+    """The network fields of ``ActorCritic`` (PPO's, and the actor-learner algorithms' that reuse it)."""
+
+    actor_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the policy network."""
+    critic_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the value network."""
+    activation: Activation = "tanh"
+    """Hidden activation."""
+    init_log_std: float = 0.0
+    """Initial state-independent log standard deviation of the Gaussian head."""
+    obs_norm: bool = True
+    """Normalize observations with running mean/std (folded into exported policies)."""
+    cnn_channels: int = 32
+    """Encoder of camera images (multi-part observations only; ``core.encoders``): channels of every conv
+    layer (DrQ: 32)."""
+    cnn_layers: int = 4
+    """Encoder: conv layers per camera (DrQ: 4; 2 is much cheaper on CPU for small simple scenes such as
+    ``torch:PointMassPixels`` at 32 px)."""
+    image_features: int = 50
+    """Encoder: features out of each camera's CNN (Linear + LayerNorm + tanh; DrQ: 50)."""
+
+
+@dataclass(frozen=True)
+class PPOConfig(ActorCriticFields):
     """PPO hyperparameters (defaults: a fast, robust setting for many parallel torch-native envs)."""
 
     rollout_steps: int = 32
@@ -95,28 +119,10 @@ class PPOConfig(EncoderFields):
     """Target approx-KL for kl_adaptive_lr."""
     target_kl: float | None = None
     """Stop the epochs of an update early once the epoch's approx-KL exceeds this (None: never)."""
-    actor_hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy network."""
-    critic_hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the value network."""
-    activation: Activation = "tanh"
-    """Hidden activation."""
-    init_log_std: float = 0.0
-    """Initial state-independent log standard deviation of the Gaussian head."""
-    obs_norm: bool = True
-    """Normalize observations with running mean/std (folded into exported policies)."""
     value_chunk: int = 262144
     """Samples per chunk when computing values of the whole rollout (bounds memory at 10^6 envs). With an
     observation encoder (multi-part observations) at most ``minibatch_size``: a CNN's activations are far
     larger than its input, and a minibatch is what the update already pushes through it with gradients."""
-    cnn_channels: int = 32
-    """Encoder of camera images (multi-part observations only; ``core.encoders``): channels of every conv
-    layer (DrQ: 32)."""
-    cnn_layers: int = 4
-    """Encoder: conv layers per camera (DrQ: 4; 2 is much cheaper on CPU for small simple scenes such as
-    ``torch:PointMassPixels`` at 32 px)."""
-    image_features: int = 50
-    """Encoder: features out of each camera's CNN (Linear + LayerNorm + tanh; DrQ: 50)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
