@@ -39,7 +39,6 @@ from torch import nn
 
 from ctrl_rl.algos.ppo import ActorCritic, ActorCriticFields, DeterministicPolicy
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.core.distributions import categorical_sample, normal_log_prob, categorical_log_prob
 from ctrl_rl.core.obs import Obs, obs_map
 from ctrl_rl.core.returns import domo_advantage, vtrace
 from ctrl_rl.core.types import Rollout
@@ -129,14 +128,7 @@ class IMPALA:
     @torch.no_grad()
     def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """Behaviour action and its log-prob for ``[N,...]`` observations."""
-        out = self.ac.actor(self.ac.features(obs))  # [N,A]
-        if self.spec.discrete:
-            action = categorical_sample(out, self.gen)  # [N]
-            return action, categorical_log_prob(out, action)
-        log_std = self.ac.log_std.expand_as(out)  # [N,A]
-        noise = torch.randn(out.shape, generator=self.gen, device=out.device, dtype=out.dtype)
-        action = out + noise * log_std.exp()  # [N,A]
-        return action, normal_log_prob(action, out, log_std)
+        return self.ac.sample(obs, self.gen)
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:

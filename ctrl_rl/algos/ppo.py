@@ -226,6 +226,18 @@ class ActorCritic(nn.Module):
     def dist_params(self, x: torch.Tensor) -> torch.Tensor:
         return self.actor(x)  # [B,A] mean or logits
 
+    @torch.no_grad()
+    def sample(self, obs: Obs, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stochastic action and its log-prob for ``[N,...]`` observations (PPO's rollouts, IMPALA's actors)."""
+        out = self.actor(self.features(obs))  # [N,A]
+        if self.discrete:
+            action = categorical_sample(out, gen)  # [N]
+            return action, categorical_log_prob(out, action)
+        log_std = self.log_std.expand_as(out)  # [N,A]
+        noise = torch.randn(out.shape, generator=gen, device=out.device, dtype=out.dtype)  # [N,A]
+        action = out + noise * log_std.exp()  # [N,A]
+        return action, normal_log_prob(action, out, log_std)
+
     def log_prob_entropy(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.actor(x)  # [B,A]
         if self.discrete:
@@ -284,14 +296,7 @@ class PPO:
     @torch.no_grad()
     def sample(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
         """Stochastic action and its log-prob for a batch of observations ``[N,O]`` (or a dict of parts)."""
-        out = self.ac.actor(self.ac.features(obs))  # [N,A]
-        if self.spec.discrete:
-            action = categorical_sample(out, self.gen)  # [N]
-            return action, categorical_log_prob(out, action)
-        log_std = self.ac.log_std.expand_as(out)  # [N,A]
-        noise = torch.randn(out.shape, generator=self.gen, device=out.device, dtype=out.dtype)  # [N,A]
-        action = out + noise * log_std.exp()  # [N,A]
-        return action, normal_log_prob(action, out, log_std)
+        return self.ac.sample(obs, self.gen)
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
