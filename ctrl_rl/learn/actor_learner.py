@@ -216,7 +216,18 @@ def _worker_main(rank: int, algo_name: str, cfg, run: RunConfig, shared: dict, v
         actor.close()
 
 
-class ProcessBackend:
+class _Unresumable:
+    """A backend whose actors cannot be saved (other processes): a resume restarts them from the learner's weights
+    with fresh episodes."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class ProcessBackend(_Unresumable):
     def __init__(self, algo_name: str, cfg, run: RunConfig, weights: dict):
         import torch.multiprocessing as mp
 
@@ -272,12 +283,6 @@ class ProcessBackend:
         self._check()
         return out
 
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
     def close(self) -> None:
         self.stop.set()
         try:  # drain so that workers blocked on a full queue can see the stop
@@ -291,7 +296,7 @@ class ProcessBackend:
                 p.terminate()
 
 
-class RayBackend:
+class RayBackend(_Unresumable):
     def __init__(self, algo_name: str, cfg, run: RunConfig):
         try:
             import ray
@@ -344,12 +349,6 @@ class RayBackend:
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
                 self._drop(k, type(e).__name__)
         return out
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
 
     def close(self) -> None:
         for a in self.actors.values():

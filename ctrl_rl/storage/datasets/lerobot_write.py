@@ -5,9 +5,9 @@ Shape letters: T frames of an episode, K episodes, D a feature's width, H x W im
 The files written are those ``lerobot-dataset`` 0.4.4 writes (layout in ``lerobot_layout.py``; checked against
 ``tests/storage/fixtures/lerobot_v30_reference``, which that library wrote, and read back by it):
 
-* ``data/chunk-XXX/file-YYY.parquet``: one row group per episode, columns in the features' order, the index
+* ``data/chunk-{c:03d}/file-{f:03d}.parquet``: one row group per episode, columns in the features' order, the index
   features last, vectors as fixed-size lists, the ``huggingface`` schema metadata of ``datasets`` 4;
-* ``videos/<key>/chunk-XXX/file-YYY.mp4``: the episodes of a video key back to back (``lerobot_video.py``);
+* ``videos/<key>/chunk-{c:03d}/file-{f:03d}.mp4``: the episodes of a video key back to back (``lerobot_video.py``);
 * ``meta/episodes/chunk-000/file-000.parquet``: per episode its tasks, length, data and video locations,
   ``stats/<feature>/<stat>`` and ``meta/episodes/{chunk,file}_index``, then the caller's ``extra`` columns;
 * ``meta/tasks.parquet`` (task strings as the pandas index, so that ``pandas.read_parquet`` gives LeRobot's
