@@ -222,14 +222,37 @@ class ActorLearnerLoopConfig:
             raise UserInputError(f"invalid --actor-timeout {self.actor_timeout!r}: expected a positive number of seconds")
 
 
+@dataclass(frozen=True)
+class VLALoopConfig:
+    """Settings of the VLA fine-tuning loop (``ctrl_rl.learn.vla``); one step is one update for every method."""
+
+    batch_size: int = 16
+    """Demonstration frames per update (bc, habc) and per SFT-anchor batch (rl)."""
+    rollout_chunks: int = 8
+    """rl: chunks each env executes per update (``--num-envs`` envs)."""
+    action_key: str | None = None
+    """The dataset's action feature (keys joined by +); default: the env's own ``action.env``, else the robot
+    spec's action space assembled from DROID's keys, else ``action``."""
+    cameras: str = "exterior1"
+    """Cameras a ``manip:`` env id without ``cameras=`` gets (and the model sees): names joined by +."""
+    image_size: str = "48x64"
+    """H x W a ``manip:`` env id without ``image_size=`` gets (the dataset's frames are resized to it)."""
+    init: str | None = None
+    """A VLA run (or checkpoint) whose policy weights this run starts from (rl after bc)."""
+
+    def __post_init__(self) -> None:
+        _positive_int("batch-size", self.batch_size)
+        _positive_int("rollout-chunks", self.rollout_chunks)
+
+
 # The loop config of every regime (the loop each regime runs in is in ctrl_rl.learn.LOOPS).
 LOOP_CONFIGS: dict[str, type] = {"on-policy": OnPolicyLoopConfig, "off-policy": OffPolicyLoopConfig,
                                  "offline-to-online": OffPolicyLoopConfig, "offline": OfflineLoopConfig,
                                  "world-model": WorldModelLoopConfig, "model-based": ModelBasedLoopConfig,
                                  "model-based-recurrent": RecurrentModelBasedLoopConfig,
-                                 "actor-learner": ActorLearnerLoopConfig}
+                                 "actor-learner": ActorLearnerLoopConfig, "vla-finetuning": VLALoopConfig}
 LoopConfig = (OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig | WorldModelLoopConfig
-              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig)
+              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig | VLALoopConfig)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Layers point one way: core < envs < storage < world_models < algos < learn < applications < cli.
+"""Layers point one way: core < envs < storage < world_models < vla < algos < learn < applications < cli.
 
 Every import of the package is parsed, function-local ones included, and an import of a higher layer fails
 the test. ``docs/architecture.md`` describes the layers; this test is what holds them.
@@ -17,14 +17,14 @@ ROOT = Path(__file__).resolve().parents[1] / "ctrl_rl"
 LAYERS = {
     "ctrl_rl": 0, "ctrl_rl.errors": 0, "ctrl_rl.core": 0,
     "ctrl_rl.envs": 1,
-    "ctrl_rl.storage": 2, "ctrl_rl.world_models": 2.5,
+    "ctrl_rl.storage": 2, "ctrl_rl.world_models": 2.5, "ctrl_rl.vla": 2.75,
     "ctrl_rl.algos": 3,
     "ctrl_rl.config": 4, "ctrl_rl.learn": 4,
     "ctrl_rl.datagen": 5, "ctrl_rl.plot": 5, "ctrl_rl.robots": 5, "ctrl_rl.robots.spec": 0,
     "ctrl_rl.robots.safety": 0,
     "ctrl_rl.cli": 6, "ctrl_rl.__main__": 6,
 }
-NAMES = {0: "core", 1: "envs", 2: "storage", 2.5: "world_models", 3: "algos", 4: "learn", 5: "applications", 6: "cli"}
+NAMES = {0: "core", 1: "envs", 2: "storage", 2.5: "world_models", 2.75: "vla", 3: "algos", 4: "learn", 5: "applications", 6: "cli"}
 
 
 def layer(module: str) -> int:

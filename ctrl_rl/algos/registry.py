@@ -28,6 +28,8 @@ Regimes and the loop each one runs in (``ctrl_rl.learn``):
   last received -> the learner's ``update(segments)`` with off-policy correction (IMPALA's V-trace, DoMo-AC). Such
   an algorithm also has ``sample(obs) -> (action, log_prob)`` and ``policy_state()`` / ``load_policy_state()`` (the
   weights an actor needs).
+- ``vla-finetuning``: demonstrations in the LeRobot layout (and, for RL, envs stepped one action chunk at a time) ->
+  ``update(batch)`` of a vision-language-action model (``ctrl_rl.vla``); evaluated in the env by success rate.
 
 The algorithm contract (see docs/architecture.md): ``act(obs, deterministic=False) -> action``,
 ``update(batch, sync=False) -> dict[str, Tensor]`` (device tensors; the loop converts them once per log
@@ -46,9 +48,9 @@ from typing import Any, Callable, Literal, Mapping
 from ctrl_rl.errors import UserInputError
 
 Regime = Literal["on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
-                 "model-based-recurrent", "actor-learner"]
+                 "model-based-recurrent", "actor-learner", "vla-finetuning"]
 REGIMES: tuple[str, ...] = ("on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
-                            "model-based-recurrent", "actor-learner")
+                            "model-based-recurrent", "actor-learner", "vla-finetuning")
 
 # update_step(algo, sampler, batch_size, config) -> info: one update drawing its batch(es) from ``sampler``
 UpdateStep = Callable[[Any, Any, int, Any], dict]

@@ -40,9 +40,8 @@ import torch
 
 from ctrl_rl.envs.manipulation.experts import expert_actions
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.robots.spec import DROID_CAMERA_NAMES
 
-ENV_CAMERA_TO_DROID = {"exterior_image_1_left": "exterior_1_left", "exterior_image_2_left": "exterior_2_left",
-                       "wrist_image_left": "wrist_left"}
 GRIPPER_STEP, JOINT_STEP = 0.25, 0.2
 
 
@@ -77,7 +76,7 @@ def _task(env: str) -> str:
 def features(task_priv_dim: int, cameras: tuple[str, ...], image_hw: tuple[int, int]) -> dict:
     from ctrl_rl.storage.datasets.lerobot_write import droid_features
 
-    feats = droid_features(image_hw, tuple(ENV_CAMERA_TO_DROID[c] for c in cameras), metadata=False)
+    feats = droid_features(image_hw, tuple(DROID_CAMERA_NAMES[c] for c in cameras), metadata=False)
     feats["observation.environment_state"] = {"dtype": "float32", "shape": (task_priv_dim,), "names": None}
     feats["action.env"] = {"dtype": "float32", "shape": (7,), "names": {"axes": ["x", "y", "z", "roll", "pitch", "yaw",
                                                                                  "gripper"]}}
@@ -133,7 +132,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
             done = (out_step.terminated | out_step.truncated).numpy()
             success = out_step.info["success"].numpy().astype(bool)
             for i in range(n):
-                images = {ENV_CAMERA_TO_DROID[c]: obs[f"image/{c}"][i].permute(1, 2, 0).numpy() for c in cams}
+                images = {DROID_CAMERA_NAMES[c]: obs[f"image/{c}"][i].permute(1, 2, 0).numpy() for c in cams}
                 episodes[i].append(_frame(state[i], reached[i], a[i], grip[i], images, float(out_step.reward[i]),
                                           bool(out_step.terminated[i]), bool(success[i])))
                 if done[i]:
@@ -163,7 +162,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
         shutil.rmtree(out)
         tmp_out.rename(out)
     return {"path": str(out), "format": "lerobot", "task": task, "episodes": written, "frames": frames,
-            "success_rate": successes / written, "cameras": [ENV_CAMERA_TO_DROID[c] for c in cams],
+            "success_rate": successes / written, "cameras": [DROID_CAMERA_NAMES[c] for c in cams],
             "image_size": list(hw), "noise": opts.noise, "seconds": round(time.time() - t0, 1)}
 
 

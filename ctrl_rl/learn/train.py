@@ -26,10 +26,12 @@ from ctrl_rl.learn.offline import train_offline
 from ctrl_rl.learn.offpolicy import train_offpolicy
 from ctrl_rl.learn.onpolicy import train_onpolicy
 from ctrl_rl.learn.runtime import TrainResult
+from ctrl_rl.learn.vla import train_vla
 
 LOOPS = {"on-policy": train_onpolicy, "off-policy": train_offpolicy, "offline-to-online": train_offpolicy,
          "offline": train_offline, "world-model": train_dynamics, "model-based": train_model_based,
-         "model-based-recurrent": train_neubay, "actor-learner": train_actor_learner}
+         "model-based-recurrent": train_neubay, "actor-learner": train_actor_learner,
+         "vla-finetuning": train_vla}
 
 
 def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
@@ -44,7 +46,7 @@ def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = Fal
         raise UserInputError(f"{algo_name!r} runs in one process: expected `ctrl-rl train {algo_name}` without torchrun")
     if entry.regime == "on-policy":
         return train_onpolicy(run, algo_name, cfg, run_dir, resume, max_iterations, dist_info)
-    if entry.regime in ("offline", "world-model", "model-based", "model-based-recurrent", "actor-learner"):
+    if entry.regime in ("offline", "world-model", "model-based", "model-based-recurrent", "actor-learner", "vla-finetuning"):
         return LOOPS[entry.regime](run, algo_name, cfg, run_dir, resume, max_iterations)
     loop = run.loop
     if entry.pretrain_step is not None and loop.offline_steps > 0 and (loop.init is None or _is_own_pretrain(loop, run_dir)):

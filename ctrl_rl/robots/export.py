@@ -8,6 +8,10 @@ wraps it in ``ExportModule``, which adds what a robot needs and the training loo
   uint8 ``[B,3,H,W]``, ...), named after the part with ``/`` written as ``.`` (``image.wrist``); any batch size;
 - the action rescaled from the agent's [-1, 1] to the env's bounds (``learn.runtime.build_env`` trains through
   ``ActionRescale``; unbounded dimensions pass through), or the argmax index (int64) of a discrete policy;
+- a policy of action chunks (a VLA: ``exportable()`` has ``chunk``) returns ``[B,H,A]`` (``action.chunk`` and
+  ``action.execute_steps`` in ``policy.json``: the runtime runs the first ``execute_steps`` of each chunk); one
+  with an instruction (``language_input()``) takes the prompt's token ids as ``language`` and ships
+  ``tokenizer.json`` with the prompt template under ``language`` in ``policy.json``;
 - a recurrent policy (an agent with ``reset_state``: NeuBay) takes ``prev_action`` (env units, as last sent),
   ``prev_reward`` and ``hidden`` and returns ``(action, hidden)``; zeros start an episode.
 
@@ -20,6 +24,7 @@ written to a temporary directory and renamed into place: a failed export leaves 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +38,7 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
+from ctrl_rl.core.obs import ObsPart
 from ctrl_rl.errors import UserInputError
 
 FORMATS = ("onnx", "pt2")
@@ -226,8 +232,14 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     env_spec = probe.unwrapped().spec  # the env's own action bounds
     robot, units, space = _robot_and_units(probe, spec.action_dim)
     probe.close()
-    recurrent = hasattr(algo, "reset_state")
     policy = algo.exportable().eval()
+    chunk = getattr(policy, "chunk", None)  # a policy of action chunks (VLA) keeps its own acting state
+    recurrent = hasattr(algo, "reset_state") and chunk is None
+    language = policy.language_input() if hasattr(policy, "language_input") else None
+    if language is not None:  # the graph takes the prompt's token ids; the runtime tokenises the instruction
+        parts = tuple(ObsPart("language", (language["max_length"],), torch.int64) if p.name == "language" else p
+                      for p in spec.parts)
+        spec = dataclasses.replace(spec, obs_parts=parts)
     module = ExportModule(policy, spec, recurrent, env_spec).eval()
     gen = torch.Generator().manual_seed(opts.seed)
     hidden0 = policy.initial_hidden(1) if recurrent else None
@@ -242,16 +254,19 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     config_path = ck_dir / "config.json"
     meta = {
         "format": "ctrl_rl.export", "format_version": FORMAT_VERSION, "algo": str(ck["algo"]), "env": run.env,
-        "inputs": [{"name": n, "part": p.name, "shape": ["batch", *p.shape], "dtype": _dtype_name(p.dtype)}
+        "inputs": [{"name": n, "part": p.name, "shape": ["batch", *p.shape], "dtype": _dtype_name(p.dtype),
+                    **({"encoding": "prompt token ids (see language)"} if language and p.name == "language" else {})}
                    for n, p in zip(names, spec.parts)],
         "outputs": outputs,
         "action": ({"kind": "discrete", "n": spec.action_dim, "dtype": "int64", "shape": ["batch"]} if spec.discrete
-                   else {"kind": "continuous", "shape": ["batch", spec.action_dim], "dtype": "float32",
+                   else {"kind": "continuous", "shape": ["batch", *([chunk] if chunk else []), spec.action_dim],
+                         "dtype": "float32", **({"chunk": chunk, "execute_steps": policy.execute_steps} if chunk else {}),
                          "low": list(env_spec.action_low), "high": list(env_spec.action_high),
                          "units": units, "space": space}),
         "recurrent": ({"prev_action": ["batch", spec.action_dim], "prev_reward": ["batch"],
                        "hidden": ["batch", *hidden0.shape[1:]], "start": "zeros for prev_action, prev_reward and "
                        "hidden at an episode's first step; feed next_hidden back as hidden"} if recurrent else None),
+        "language": language,
         "control_hz": (1.0 / spec.dt) if spec.dt > 0 else None,
         "dt": spec.dt or None,
         "robot": robot,
@@ -267,6 +282,9 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp's 0700 would survive the rename
     try:
+        if language is not None:
+            policy.save_tokenizer(tmp)
+            meta["files"]["tokenizer"] = language["tokenizer"]
         if "onnx" in opts.format:
             f = tmp / "policy.onnx"
             _export_onnx(module, args, names, outputs, f)

@@ -131,6 +131,30 @@ class SimRobot:
 
 
 # ------------------------------------------------------------------------------------------------ policy
+class Prompter:
+    """The instruction (an env's ``language`` part: UTF-8 bytes + 1, 0-padded) -> the prompt's token ids, as the
+    exported VLA was trained: ``policy.json``'s ``language`` (template, tokenizer file, length, pad id)."""
+
+    def __init__(self, export_dir: str | Path, spec: dict):
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(Path(export_dir) / spec["tokenizer"]))
+        self.prompt, self.length, self.pad = spec["prompt"], int(spec["max_length"]), int(spec["pad_id"])
+        self.lowercase = bool(spec.get("lowercase", True))
+        self._cache: dict[bytes, np.ndarray] = {}
+
+    def __call__(self, language: np.ndarray) -> np.ndarray:
+        raw = bytes(int(b) - 1 for b in np.asarray(language).reshape(-1) if b > 0)
+        hit = self._cache.get(raw)
+        if hit is None:
+            text = raw.decode("utf-8", errors="replace").strip().rstrip(".")
+            ids = self.tokenizer.encode(self.prompt.format(text.lower() if self.lowercase else text)).ids[: self.length]
+            hit = np.full(self.length, self.pad, np.int64)
+            hit[: len(ids)] = ids
+            self._cache[raw] = hit
+        return hit
+
+
 class OnnxPolicy:
     """``policy.onnx`` in onnxruntime (one thread), called with a dict of batch-1 inputs."""
 
@@ -163,8 +187,14 @@ def action_space_of(meta: dict, robot: RobotSpec | None) -> ActionSpace:
 
 def check_compatible(meta: dict, spec, robot: RobotSpec | None, where: str) -> None:
     """Refuse, in one sentence, an export whose observation parts or action space differ from ``spec`` (the env's)."""
-    want = [(i["name"], tuple(i["shape"][1:]), i["dtype"]) for i in meta["inputs"]]
-    have = [(p.name.replace("/", "."), tuple(p.shape), str(p.dtype).removeprefix("torch.")) for p in spec.parts]
+    encoded = {i["name"] for i in meta["inputs"] if i.get("encoding")}  # built by the runtime (a prompt's token ids)
+    want = [(i["name"], tuple(i["shape"][1:]), i["dtype"]) for i in meta["inputs"] if i["name"] not in encoded]
+    have = [(p.name.replace("/", "."), tuple(p.shape), str(p.dtype).removeprefix("torch.")) for p in spec.parts
+            if p.name.replace("/", ".") not in encoded]
+    missing = encoded - {p.name.replace("/", ".") for p in spec.parts}
+    if missing:
+        raise UserInputError(f"{where} has no observation part {sorted(missing)[0]!r} the export reads its instruction "
+                             "from: expected an env with an instruction (manip tasks: language=true)")
     if want != have:
         raise UserInputError(f"the export's observation parts {want} do not match {where}'s {have}: expected an export "
                              f"of a policy trained on {where}")
@@ -211,7 +241,7 @@ class ControlLoop:
 
     def __init__(self, policy: Callable[[dict], list], meta: dict, robot: RobotInterface, safety: SafetyFilter | None,
                  config: LoopConfig = LoopConfig(), log: Path | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, prompter: Prompter | None = None):
         self.policy, self.meta, self.robot, self.safety, self.config = policy, meta, robot, safety, config
         self.clock, self.sleep = clock, sleep
         self.discrete = meta["action"]["kind"] == "discrete"
@@ -230,12 +260,19 @@ class ControlLoop:
             self._prev_a = np.zeros([1, *r["prev_action"][1:]], np.float32)
             self._prev_r = np.zeros([1], np.float32)
         self._deadline: float | None = None
+        act = meta["action"]
+        self.chunk = int(act.get("chunk") or 0)  # a chunk policy: run the first execute_steps of each chunk
+        self.execute = int(act.get("execute_steps") or self.chunk)
+        self._queue: list[np.ndarray] = []
+        self.prompter = prompter
 
     def _feed(self, obs: Observation) -> dict[str, np.ndarray]:
         missing = [n for n in self.inputs if n not in obs.parts]
         if missing:
             raise UserInputError(f"the robot's observation lacks {missing}: expected the export's inputs {self.inputs}")
         feed = {n: np.asarray(obs.parts[n], dtype=self.dtypes[n])[None] for n in self.inputs}
+        if self.prompter is not None:
+            feed["language"] = self.prompter(obs.parts["language"])[None]
         if self.recurrent:
             if obs.episode_start:
                 self._hidden[:] = 0
@@ -260,11 +297,19 @@ class ControlLoop:
             return False
         if obs.episode_start and self.safety is not None:
             self.safety.reset()
-        feed = self._feed(obs)
-        t0 = self.clock()
-        out = self.policy(feed)
-        self.infer_ms.append((self.clock() - t0) * 1e3)
-        raw = np.asarray(out[0])[0]
+        if obs.episode_start:
+            self._queue = []
+        if self.chunk and self._queue:
+            out, raw = None, self._queue.pop(0)
+        else:
+            feed = self._feed(obs)
+            t0 = self.clock()
+            out = self.policy(feed)
+            self.infer_ms.append((self.clock() - t0) * 1e3)
+            raw = np.asarray(out[0])[0]
+            if self.chunk:  # [H,A]: send the first, keep the next execute_steps - 1
+                self._queue = list(raw[1: self.execute])
+                raw = raw[0]
         if self.discrete:
             n = self.meta["action"]["n"]
             ok = np.isfinite(raw).all() and 0 <= int(raw) < n
@@ -285,7 +330,8 @@ class ControlLoop:
         if self._log is not None:
             self._log.write(json.dumps({"tick": self.ticks, "proposed": np.asarray(raw).tolist(),
                                         "sent": np.asarray(command).tolist(), "reasons": reasons,
-                                        "infer_ms": self.infer_ms[-1], "tick_ms": self.tick_ms[-1]}) + "\n")
+                                        "infer_ms": self.infer_ms[-1] if out is not None else 0.0,
+                                        "tick_ms": self.tick_ms[-1]}) + "\n")
         self.ticks += 1
         return self._wait(end)
 
@@ -375,8 +421,9 @@ def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
             safety = SafetyFilter(action_space_of(meta, robot.robot), robot.robot,
                                   SafetyConfig(max_step_change=opts.max_step_change))
         rate = opts.rate if opts.rate is not None else (meta.get("control_hz") or 15.0)
+        prompter = Prompter(export_dir, meta["language"]) if meta.get("language") else None
         loop = ControlLoop(policy, meta, robot, safety, LoopConfig(rate, opts.max_obs_age, opts.max_misses),
-                           Path(opts.log) if opts.log else None)
+                           Path(opts.log) if opts.log else None, prompter=prompter)
         try:
             loop.start()
             while len(robot.episodes) < opts.episodes and loop.ticks < opts.max_steps and loop.tick():

@@ -181,6 +181,9 @@ PANDA_VEL = (2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61)
 PANDA_EFFORT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
 DROID_HOME = (0.0, -math.pi / 5, 0.0, -4 * math.pi / 5, 0.0, 3 * math.pi / 5, 0.0)
 DROID_HZ = 15.0
+DROID_CAMERA_NAMES = {"exterior_image_1_left": "exterior_1_left", "exterior_image_2_left": "exterior_2_left",
+                      "wrist_image_left": "wrist_left"}
+"""DROID's RLDS camera names (the manipulation envs') -> the names in LeRobot's port (``observation.images.<name>``)."""
 DROID_LIN_STEP, DROID_ROT_STEP, DROID_GRIP_STEP, DROID_JOINT_STEP = 0.075, 0.15, 0.25, 0.2
 
 

@@ -1,0 +1,239 @@
+"""The VLA fine-tuner end to end on the tiny backbone: demonstrations in the LeRobot layout, the three heads through
+the policy, LoRA, the three methods from the CLI, export and deployment, and the bad inputs of the issue."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ctrl_rl.cli import main
+
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+ENV = "manip:Reach,cameras=exterior1,image_size=24x32,language=true,max_episode_steps=15"
+SMALL = ["--chunk", "2", "--eval-episodes", "2", "--max-text-len", "12", "--lora-rank", "4", "--batch-size", "4", "--threads", "1",
+         "--no-progress", "--log-every", "1"]
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory) -> Path:
+    """Six scripted Reach episodes (some noisy, so some fail) with one camera, in the LeRobot v3.0 layout."""
+    d = tmp_path_factory.mktemp("vla") / "reach"
+    assert main(["data", "generate", "--env", "manip:Reach", "--level", "scripted", "--format", "lerobot",
+                 "--episodes", "6", "--noise", "0.6", "--cameras", "exterior1", "--image-size", "24x32",
+                 "--out", str(d), "--no-progress"]) == 0
+    return d
+
+
+def _agent(head: str, demos: Path, **over):
+    from ctrl_rl.algos.vla import VLA, VLAConfig
+    from ctrl_rl.envs import make_env
+    from ctrl_rl.vla.data import load_demos
+
+    env = make_env(ENV, 1, seed=0)
+    spec = env.spec
+    env.close()
+    torch.manual_seed(0)
+    cfg = VLAConfig(head=head, chunk=2, max_text_len=12, lora_rank=4, flow_steps=3, **over)
+    algo = VLA(cfg, spec, torch.device("cpu"), torch.Generator().manual_seed(0))
+    data = load_demos(demos, algo.cameras, algo.image_hw, 2, spec.action_dim, "cartesian_velocity")
+    algo.set_statistics(data.proprio, data.action)
+    return algo, data
+
+
+def _batch(data, n=4):
+    b = data.batch(torch.arange(n))
+    b["instructions"] = data.instructions
+    return b
+
+
+def test_the_demonstrations_load_with_chunks_outcomes_and_the_robot_spec_keys(demos):
+    from ctrl_rl.vla.data import load_demos
+
+    d = load_demos(demos, ["exterior_image_1_left"], (24, 32), 3, 7, "cartesian_velocity")
+    assert d.images["image/exterior_image_1_left"].dtype == torch.uint8
+    assert d.images["image/exterior_image_1_left"].shape[1:] == (3, 24, 32)
+    assert d.proprio.shape[1] == 8 and d.action.shape[1] == 7 and d.action_key == "action.env"
+    assert d.success is not None and d.critic_state.shape[1] > 8
+    # a chunk never leaves its episode: the last frame's chunk repeats its own action
+    last = int(torch.nonzero(d.last)[0])
+    assert torch.equal(d.chunk_rows[last], torch.full((3,), last))
+    assert torch.equal(d.chunk_rows[0], torch.tensor([0, 1, 2])) or bool(d.last[:2].any())
+    # the DROID action keys assemble the same 7-vector when action.env is not chosen
+    d2 = load_demos(demos, ["exterior_image_1_left"], (24, 32), 3, 7, "cartesian_velocity",
+                    action_key="action.cartesian_velocity+action.gripper_velocity")
+    assert torch.allclose(d2.action, d.action)
+
+
+def test_the_reference_lerobot_dataset_written_by_lerobot_loads():
+    from ctrl_rl.storage.datasets.lerobot import read_lerobot
+    from ctrl_rl.vla.data import load_demos
+
+    root = Path(__file__).parents[1] / "storage" / "fixtures" / "lerobot_v30_reference"
+    data = read_lerobot(root)
+    cam = data.video_keys[0].removeprefix("observation.images.")
+    A = data.features["action"]["shape"][0]
+    d = load_demos(root, [cam], (16, 16), 4, A, action_key="action")
+    assert d.num_frames == data.num_frames and d.images[f"image/{cam}"].shape[1:] == (3, 16, 16)
+
+
+@pytest.mark.parametrize("head", ["tokens", "regression", "flow"])
+def test_each_head_trains_samples_and_scores_its_samples(head, demos):
+    algo, data = _agent(head, demos)
+    b = _batch(data)
+    before = algo.update(b)["loss/actor"].item()
+    for _ in range(15):
+        after = algo.update(b)["loss/actor"].item()
+    assert after < before, (head, before, after)
+    prefix = algo.prefix_from_batch(b, data.instructions)
+    x, stored, logp = algo.policy.sample(prefix, algo.gen, deterministic=False, sigma=0.1)
+    assert x.shape == (4, 2, 7) and x.abs().max() <= 1
+    with torch.no_grad():
+        again = algo.policy.log_prob(prefix, stored, 0.1)
+    assert torch.allclose(again, logp, atol=1e-3, rtol=1e-4)
+    det1, _, _ = algo.policy.sample(prefix, algo.gen, deterministic=True)
+    det2, _, _ = algo.policy.sample(prefix, algo.gen, deterministic=True)
+    assert torch.equal(det1, det2)
+
+
+def test_lora_leaves_the_base_weights_untouched_and_changes_the_output_after_one_step(demos):
+    algo, data = _agent("regression", demos)
+    base = {n: p.detach().clone() for n, p in algo.policy.backbone.vlm.named_parameters() if "lora_" not in n}
+    assert base and all(not p.requires_grad for n, p in algo.policy.backbone.vlm.named_parameters() if "lora_" not in n)
+    assert 0 < algo.trainable_fraction() < 0.5
+    b = _batch(data)
+    algo.policy.eval()
+    with torch.no_grad():
+        cond0 = algo.policy._queries(*algo.prefix_from_batch(b, data.instructions))
+    algo.update(b)
+    algo.policy.eval()
+    with torch.no_grad():
+        cond1 = algo.policy._queries(*algo.prefix_from_batch(b, data.instructions))
+    assert not torch.allclose(cond0, cond1)
+    for n, p in algo.policy.backbone.vlm.named_parameters():
+        if "lora_" not in n:
+            assert torch.equal(p, base[n]), n
+
+
+@pytest.mark.parametrize("head", ["regression", "tokens"])
+def test_the_merged_export_module_equals_the_adapted_model(head, demos):
+    algo, data = _agent(head, demos)
+    b = _batch(data, 2)
+    for _ in range(3):
+        algo.update(b)
+    algo.policy.eval()
+    with torch.no_grad():
+        x, _, _ = algo.policy.sample(algo.prefix_from_batch(b, data.instructions), None, deterministic=True)
+        want = algo.to_actions(x)  # [2,H,A]
+        module = algo.exportable()
+        assert not any("lora_" in n for n, _ in module.named_parameters())
+        ids, _ = algo.policy.text([data.instructions[int(i)] for i in b["task_index"]])
+        state = torch.zeros(2, 20)
+        state[:, list(algo.columns)] = b["proprio"]
+        got = module({"state": state, "language": ids, **b["images"]})
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def _train(tmp_path, demos, method, head="regression", extra=()):
+    d = tmp_path / f"{method}-{head}"
+    args = ["train", "vla", "--env", ENV, "--dataset", str(demos), "--method", method, "--head", head,
+            "--total-steps", "4", "--run-dir", str(d), *SMALL, *extra]
+    return d, main(args)
+
+
+def test_bc_from_the_cli_trains_evaluates_exports_and_deploys(tmp_path, demos, capsys):
+    d, rc = _train(tmp_path, demos, "bc", extra=["--eval-episodes", "2"])
+    assert rc == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 4 and "eval_success_rate" in rows[-1] and 0 < rows[-1]["stats/trainable_fraction"] < 1
+    capsys.readouterr()
+    assert main(["eval", str(d), "--episodes", "2"]) == 0
+    assert "success_rate" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["export", str(d), "--format", "onnx"]) == 0, capsys.readouterr().err
+    meta = json.loads((d / "export" / "policy.json").read_text())
+    assert meta["action"]["chunk"] == 2 and meta["language"]["tokenizer"] == "tokenizer.json"
+    assert meta["parity"]["onnx"] <= 1e-5
+    assert (d / "export" / "tokenizer.json").is_file()
+    capsys.readouterr()
+    assert main(["deploy", str(d / "export"), "--sim", ENV, "--episodes", "2", "--rate", "0"]) == 0, \
+        capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["episodes"] == 2 and out["success_rate"] is not None
+
+
+def test_the_runtime_tokenises_the_instruction_as_training_did(tmp_path, demos):
+    from ctrl_rl.robots.runtime import Prompter
+    from ctrl_rl.vla.export import ChunkPolicy
+
+    algo, data = _agent("regression", demos)
+    module = algo.exportable()
+    assert isinstance(module, ChunkPolicy)
+    module.save_tokenizer(tmp_path)
+    p = Prompter(tmp_path, module.language_input())
+    text = data.instructions[0]
+    raw = np.zeros(64, np.int64)
+    raw[: len(text.encode())] = np.frombuffer(text.encode(), np.uint8) + 1
+    ids, _ = algo.policy.text([text])
+    assert p(raw).tolist() == ids[0].tolist()
+
+
+def test_habc_and_rl_from_the_cli(tmp_path, demos, capsys):
+    d, rc = _train(tmp_path, demos, "habc", "flow", ["--habc-warmup", "1"])
+    assert rc == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert "stats/weight_mean" in rows[-1] and "loss/viability" in rows[-1]
+    r, rc = _train(tmp_path, demos, "rl", "regression", ["--num-envs", "2", "--rollout-chunks", "2",
+                                                          "--total-steps", "2"])
+    assert rc == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 2 * 2 * 2 * 2 and "loss/sft" in rows[-1]
+
+
+def test_rl_starts_from_a_bc_run(tmp_path, demos, capsys):
+    bc, rc = _train(tmp_path, demos, "bc", "tokens")
+    assert rc == 0, capsys.readouterr().err
+    rl, rc = _train(tmp_path, demos, "rl", "tokens", ["--init", str(bc), "--num-envs", "2", "--rollout-chunks", "1",
+                                                       "--total-steps", "1"])
+    assert rc == 0, capsys.readouterr().err
+
+
+def _error(capsys, argv) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    return err
+
+
+def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
+    base = ["train", "vla", "--dataset", str(demos), "--total-steps", "1", *SMALL]
+    # a camera the model expects that the dataset lacks
+    err = _error(capsys, [*base, "--env", "manip:Reach,cameras=wrist,image_size=24x32,language=true,max_episode_steps=15",
+                          "--run-dir", str(tmp_path / "a")])
+    assert "wrist_left" in err and "camera" in err
+    assert not (tmp_path / "a" / "checkpoints").exists()
+    # a backbone directory without a config, then without weights
+    empty = tmp_path / "bb"
+    empty.mkdir()
+    err = _error(capsys, [*base, "--env", ENV, "--backbone", str(empty), "--run-dir", str(tmp_path / "b")])
+    assert "config.json" in err
+    (empty / "config.json").write_text("{}")
+    err = _error(capsys, [*base, "--env", ENV, "--backbone", str(empty), "--run-dir", str(tmp_path / "c")])
+    assert "weights" in err or "safetensors" in err
+    # action dims of dataset and robot spec differ
+    err = _error(capsys, [*base, "--env", ENV, "--action-key", "action", "--run-dir", str(tmp_path / "d")])
+    assert "8 dims" in err and "7" in err
+    # a LoRA target that matches no module
+    err = _error(capsys, [*base, "--env", ENV, "--lora-targets", "qq_proj", "--run-dir", str(tmp_path / "e")])
+    assert "qq_proj" in err
+    # a dataset that is not one
+    err = _error(capsys, ["train", "vla", "--env", ENV, "--dataset", str(tmp_path / "nope"), "--total-steps", "1",
+                          *SMALL, "--run-dir", str(tmp_path / "f")])
+    assert "nope" in err
+    for name in "abcdef":
+        assert not (tmp_path / name / "checkpoints").exists()
+    shutil.rmtree(empty)
