@@ -451,13 +451,15 @@ class DataGenerateOptions:
     """Scripted data: H x W of the camera images."""
     randomize: bool = False
     """Scripted data: the task's domain randomisation."""
+    mis_grasp: float = 0.0
+    """Scripted data: fraction of episodes whose expert never closes the gripper (systematic failures, kept and marked)."""
 
 
 DATA_USAGE = ("usage: ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]\n"
               "       ctrl-rl data generate --env ID --level LEVEL [--steps N] [--seed K] [--num-envs N] [--workers W] "
               "[--out PATH] [--force] [--from-run DIR]   (`ctrl-rl data generate --help` explains them)\n"
               "       ctrl-rl data generate --env manip:TASK --level scripted --format lerobot [--episodes N] "
-              "[--noise X] [--cameras all] [--image-size 180x320] [--randomize] [--out DIR]")
+              "[--noise X] [--mis-grasp F] [--cameras all] [--image-size 180x320] [--randomize] [--out DIR]")
 
 
 def cmd_data(args: list[str]) -> int:
@@ -496,7 +498,8 @@ def cmd_data_generate(args: list[str]) -> int:
                                  "manip:TASK --level scripted --format lerobot")
         n = opts.num_envs if any(a.startswith("--num-envs") or a.startswith("--num_envs") for a in args) else 4
         summary = generate_scripted(ScriptedOptions(opts.env, opts.episodes, opts.noise, opts.cameras, opts.image_size,
-                                                    opts.seed, n, opts.randomize, opts.out, opts.force), opts.progress)
+                                                    opts.seed, n, opts.randomize, opts.out, opts.force,
+                                                    opts.mis_grasp), opts.progress)
         print(json.dumps(summary), flush=True)
         return 0
     if opts.workers < 0:

@@ -64,6 +64,9 @@ class ScriptedOptions:
     out: str | None = None
     """Output directory (default: the dataset cache, ``<task>-scripted-lerobot``)."""
     force: bool = False
+    mis_grasp: float = 0.0
+    """Fraction of episodes in which the expert never closes the gripper (a systematic failure, e.g. to test
+    learning from data that mixes successes and failures; the arm moves as the expert's)."""
 
 
 def _task(env: str) -> str:
@@ -90,11 +93,13 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
     from ctrl_rl.storage.datasets.lerobot_write import LeRobotWriter
 
     task = _task(opts.env)
+    expected = {"noise": "non-negative number", "mis_grasp": "fraction in [0, 1]"}
     for name, ok in (("episodes", opts.episodes >= 1), ("num_envs", opts.num_envs >= 1),
-                     ("noise", math.isfinite(opts.noise) and opts.noise >= 0)):
+                     ("noise", math.isfinite(opts.noise) and opts.noise >= 0),
+                     ("mis_grasp", math.isfinite(opts.mis_grasp) and 0 <= opts.mis_grasp <= 1)):
         if not ok:
             raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(opts, name)!r}: expected a "
-                                 f"{'non-negative number' if name == 'noise' else 'positive integer'}")
+                                 f"{expected.get(name, 'positive integer')}")
     out = Path(opts.out) if opts.out else data_dir() / f"{task.lower()}-scripted-lerobot"
     if out.exists():
         if not opts.force:
@@ -121,11 +126,13 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
         episodes = [[] for _ in range(n)]  # per env: the frames of its current episode
         grip = np.zeros(n)  # the gripper target each env's servo holds
         instr = list(env.instructions)  # [N] the instruction of each env's current episode
+        open_hand = rng.random(n) < opts.mis_grasp  # [N] episodes whose gripper is held open
         while written < opts.episodes:
             state = obs["state"].numpy()  # [N,O]
             a = expert_actions(task, state)  # [N,7]
             if opts.noise > 0:
                 a = np.clip(a + rng.normal(0.0, opts.noise, a.shape), -1.0, 1.0).astype(np.float32)
+            a[open_hand, 6] = -1.0  # a mis-grasp: the gripper never closes
             out_step = env.step(torch.as_tensor(a))
             grip = np.clip(grip + GRIPPER_STEP * a[:, 6], 0.0, 1.0)
             reached = out_step.final_obs["state"].numpy()  # [N,O]: where each env got (before any reset)
@@ -147,6 +154,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
                     episodes[i] = []
                     grip[i] = 0.0
                     instr[i] = env.instructions[i]
+                    open_hand[i] = rng.random() < opts.mis_grasp
             obs = out_step.obs
         writer.finalize()
     except BaseException:
@@ -163,7 +171,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
         tmp_out.rename(out)
     return {"path": str(out), "format": "lerobot", "task": task, "episodes": written, "frames": frames,
             "success_rate": successes / written, "cameras": [DROID_CAMERA_NAMES[c] for c in cams],
-            "image_size": list(hw), "noise": opts.noise, "seconds": round(time.time() - t0, 1)}
+            "image_size": list(hw), "noise": opts.noise, "mis_grasp": opts.mis_grasp, "seconds": round(time.time() - t0, 1)}
 
 
 def _droid_pose(pose: np.ndarray) -> np.ndarray:

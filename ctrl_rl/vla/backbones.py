@@ -117,7 +117,9 @@ from transformers.vision_utils import get_vision_position_ids, get_vision_window
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.vla.tokenizer import ACTION_BINS, BACKBONE_SPECIAL_IDS
 
-TINY_BACKBONES = ("smolvlm-tiny", "idefics3-tiny", "paligemma-tiny", "qwen2.5-vl-tiny")
+TINY_BACKBONES = ("smolvlm-tiny", "idefics3-tiny", "paligemma-tiny", "qwen2.5-vl-tiny", "smolvlm-small")
+"""Configs built offline with random weights; ``smolvlm-small`` (hidden 64, 4 heads, 64x64 images: 16 tokens per
+image, ~0.4M parameters) is for learning checks on CPU where the tiny ones see too little of the image."""
 
 _SIGLIP_MEAN = _SIGLIP_STD = (0.5, 0.5, 0.5)
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -350,7 +352,7 @@ def _qwen_block(block: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch
 
 
 # ---------------------------------------------------------------------------------------------------- building
-_TINY_KINDS = dict(zip(TINY_BACKBONES, ("smolvlm", "idefics3", "paligemma", "qwen2_5_vl")))
+_TINY_KINDS = dict(zip(TINY_BACKBONES, ("smolvlm", "idefics3", "paligemma", "qwen2_5_vl", "smolvlm")))
 
 
 def _special_ids(vocab_size: int) -> dict[str, int]:
@@ -360,11 +362,12 @@ def _special_ids(vocab_size: int) -> dict[str, int]:
 
 def _tiny_config(name: str, vocab_size: int):
     ids = _special_ids(vocab_size)
-    text = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=2, num_key_value_heads=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                  image_size=32, patch_size=8)  # fmt: skip
-    if name == "smolvlm-tiny":
+    width, heads, side = (64, 4, 64) if name == "smolvlm-small" else (32, 2, 32)
+    text = dict(vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
+                num_attention_heads=heads, num_key_value_heads=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    vision = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=heads,
+                  image_size=side, patch_size=8)  # fmt: skip
+    if name in ("smolvlm-tiny", "smolvlm-small"):
         return SmolVLMConfig(vision_config=SmolVLMVisionConfig(**vision), text_config=LlamaConfig(**text),
                              scale_factor=2, image_token_id=ids["image"], pad_token_id=0)
     if name == "idefics3-tiny":

@@ -44,6 +44,7 @@ def test_scripted_reach_round_trip(tmp_path, capsys):
     (["--env", "manip:Fly", "--level", "scripted", "--format", "lerobot"], "Fly"),
     (["--env", "manip:Lift", "--level", "scripted", "--format", "lerobot", "--episodes", "0"], "--episodes"),
     (["--env", "manip:Lift", "--level", "scripted", "--format", "lerobot", "--noise", "-1"], "--noise"),
+    (["--env", "manip:Lift", "--level", "scripted", "--format", "lerobot", "--mis-grasp", "1.5"], "--mis-grasp"),
 ])
 def test_bad_requests_are_one_sentence_and_write_nothing(tmp_path, capsys, args, needle):
     out = tmp_path / "x"
@@ -51,6 +52,21 @@ def test_bad_requests_are_one_sentence_and_write_nothing(tmp_path, capsys, args,
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mis_grasp_episodes_never_close_the_gripper_and_are_marked_failed(tmp_path, capsys):
+    out = tmp_path / "lift"
+    assert main(["data", "generate", "--env", "manip:Lift", "--level", "scripted", "--format",
+                 "lerobot", "--episodes", "2", "--num-envs", "2", "--cameras", "none", "--mis-grasp", "1",
+                 "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["success_rate"] == 0.0 and summary["mis_grasp"] == 1.0
+    from ctrl_rl.storage.datasets.lerobot import read_lerobot
+
+    d = read_lerobot(out)
+    for e in range(2):
+        f = d.frames(e)
+        assert (f["action.gripper_velocity"] == -1).all() and not f["is_episode_successful"].any()
 
 
 def test_an_existing_output_needs_force(tmp_path, capsys):

@@ -23,6 +23,7 @@ from ctrl_rl.vla.tokenizer import encode_instructions, load_tokenizer, tiny_toke
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 V = 1024
+FOUR = TINY_BACKBONES[:4]  # one per model family; smolvlm-small is SmolVLM wider (its own test)
 TOKENS = {"smolvlm-tiny": 4, "idefics3-tiny": 4, "paligemma-tiny": 16, "qwen2.5-vl-tiny": 4}
 CLIP = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
 MEAN_STD = {"smolvlm": ((0.5,) * 3, (0.5,) * 3), "idefics3": ((0.5,) * 3, (0.5,) * 3),
@@ -46,7 +47,15 @@ def _sequence(bb: Backbone, b: int = 2, text: int = 5, seed: int = 2) -> torch.T
     return torch.cat([bb.image_embeds(_images(b, seed)), bb.embed_tokens(ids)], 1)
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+def test_the_small_smolvlm_is_wider_and_sees_more_of_the_image():
+    bb = _build("smolvlm-small")
+    assert bb.hidden_size == 64 and bb.image_size == 64 and bb.tokens_per_image == 16
+    x = _sequence(bb)
+    hidden, _ = bb.decode(x, torch.ones(x.shape[:2], dtype=torch.long))
+    assert hidden.shape == (2, 16 + 5, 64) and torch.isfinite(hidden).all()
+
+
+@pytest.mark.parametrize("name", FOUR)
 def test_shapes_and_attributes(name):
     bb = _build(name)
     assert bb.hidden_size == 32 and bb.vocab_size == V and bb.image_size == 32
@@ -68,7 +77,7 @@ def test_shapes_and_attributes(name):
     assert any(n.endswith("layers.1.self_attn.q_proj") for n in lm)
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_image_embeds_match_the_vlms_own_image_features(name):
     bb = _build(name)
     images = _images(3)
@@ -121,7 +130,7 @@ def test_qwen_windowed_vision_matches_upstream_with_several_windows():
         torch.testing.assert_close(bb.image_embeds(images), ref, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_decode_is_causal_and_honours_padding(name):
     bb = _build(name)
     with torch.no_grad():
@@ -147,7 +156,7 @@ def test_decode_is_causal_and_honours_padding(name):
         torch.testing.assert_close(bb.decode(a, mask)[0][keep], bb.decode(c, mask)[0][keep], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_kv_cache_step_equals_full_forward(name):
     bb = _build(name)
     with torch.no_grad():
@@ -181,7 +190,7 @@ def _vision_and_lm_weights(bb: Backbone) -> tuple[torch.Tensor, torch.Tensor, to
     return vision, connector, lm
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_backward_reaches_vision_and_language_weights(name):
     bb = _build(name).train()
     _loss(bb).backward()
@@ -197,7 +206,7 @@ def _counting(forward, calls: dict, key: str):
     return counted
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_gradient_checkpointing_recomputes_and_gives_the_same_gradients(name):
     plain, ckpt = _build(name).train(), _build(name).train()
     ckpt.enable_gradient_checkpointing()
@@ -220,7 +229,7 @@ def test_seeded_builds_are_bit_identical():
     assert not all(torch.equal(sa[k], sc[k]) for k in sa)
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_save_then_build_from_directory_reproduces_outputs(name, tmp_path):
     bb = _build(name)
     bb.save(tmp_path)
@@ -253,7 +262,7 @@ def test_paligemma_directory_without_the_attention_flag_loads_causal(tmp_path):
         torch.testing.assert_close(bb.decode(changed, ones)[0][:, :-1], bb.decode(x, ones)[0][:, :-1])
 
 
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_lora_through_peft_is_used_by_decode_and_survives_merge(name):
     bb = _build(name)
     x = _sequence(bb).detach()
@@ -306,7 +315,7 @@ def _policy_inputs(b: int, seed: int):
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "idefics3-tiny" else n for n in TINY_BACKBONES]
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "idefics3-tiny" else n for n in FOUR]
 )  # idefics3 is SmolVLM's architecture: slow only to keep the file's default run short
 def test_torch_export_with_dynamic_batch(name):
     policy = _Policy(_build(name))
@@ -319,7 +328,7 @@ def test_torch_export_with_dynamic_batch(name):
 
 
 @pytest.mark.slow  # 5-10 s per backbone: over the file's time budget
-@pytest.mark.parametrize("name", TINY_BACKBONES)
+@pytest.mark.parametrize("name", FOUR)
 def test_onnx_export_matches_eager(name, tmp_path):
     """Tried for every backbone (all four export in transformers 5.23 / torch 2.13); an exporter failure is an xfail."""
     ort = pytest.importorskip("onnxruntime")
