@@ -233,6 +233,8 @@ class VLALoopConfig:
     action_key: str | None = None
     """The dataset's action feature (keys joined by +); default: the env's own ``action.env``, else the robot
     spec's action space assembled from DROID's keys, else ``action``."""
+    state_key: str = "observation.state"
+    """The dataset's proprioception (keys joined by +); its width must be that of ``--proprio-columns``."""
     cameras: str = "exterior1"
     """Cameras a ``manip:`` env id without ``cameras=`` gets (and the model sees): names joined by +."""
     image_size: str = "48x64"

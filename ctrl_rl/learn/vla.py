@@ -151,7 +151,11 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
         gen = ctx.seed(run.seed)
         algo = entry.make(cfg, spec, ctx.device, gen)
         demos = load_demos(run.dataset, algo.cameras, algo.image_hw, cfg.chunk, spec.action_dim, action_space,
-                           loop.action_key)
+                           loop.action_key, state_key=loop.state_key)
+        if demos.proprio.shape[1] != len(algo.columns):
+            raise UserInputError(f"the dataset's proprioception {loop.state_key!r} has {demos.proprio.shape[1]} dims but "
+                                 f"--proprio-columns {cfg.proprio_columns} picks {len(algo.columns)} columns of the env's "
+                                 "state: expected the same width")
         step, last_return = 0, float("nan")
         if ctx.checkpoint is not None:
             load_state(algo, ctx.checkpoint["algo_state"], "networks", ctx.ck_dir / "latest.pt")

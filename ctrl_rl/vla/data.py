@@ -9,7 +9,8 @@ Shape letters: S frames in all, K episodes, H chunk length, A action dim, P prop
   ``<name>`` is the camera's LeRobot DROID-port name (``robots.spec.DROID_CAMERA_NAMES``: the env's
   ``exterior_image_1_left`` is the port's ``exterior_1_left``) or the camera's own name; frames are resized to the
   env's image size (bilinear, antialiased) and kept uint8 ``[S,3,h,w]``;
-- proprioception: ``observation.state`` (DROID: 7 joint positions + gripper), ``[S,P]``;
+- proprioception: ``observation.state`` (DROID: 7 joint positions + gripper), or the keys of ``state_key``
+  joined by + (e.g. ``observation.state+observation.environment_state`` for a privileged-state check), ``[S,P]``;
 - actions: ``action_key``, else the env's own ``action.env`` when the dataset has it (ctrl_rl's scripted data),
   else for a cartesian-velocity robot ``action.cartesian_velocity`` + ``action.gripper_velocity``, else
   ``action``; its width must be the env's action dimension;
@@ -104,14 +105,18 @@ def _video_key(cam: str, video_keys: Sequence[str]) -> str | None:
 
 
 def load_demos(path: str | Path, cameras: Sequence[str], image_hw: tuple[int, int] | None, chunk: int, action_dim: int,
-               action_space: str = "", action_key: str | None = None, episodes: Sequence[int] | None = None) -> Demos:
+               action_space: str = "", action_key: str | None = None, episodes: Sequence[int] | None = None,
+               state_key: str = STATE_KEY) -> Demos:
     """The demonstrations at ``path`` for a policy with ``cameras`` (env camera names), ``image_hw`` and actions of
     ``action_dim`` dims (``action_space`` is the robot spec's name of them). Errors name the input and what was
     expected."""
     data = read_lerobot(path)
     source = f"LeRobot dataset {data.root}"
-    if STATE_KEY not in data.features:
-        raise UserInputError(f"{source} has no {STATE_KEY!r}: expected the robot's proprioception under that key")
+    state_keys = state_key.split("+")
+    for key in state_keys:
+        if key not in data.features or data.features[key]["dtype"] in ("video", "string"):
+            raise UserInputError(f"{source} has no numeric feature {key!r} for the proprioception: expected "
+                                 f"{STATE_KEY!r} or --state-key naming the dataset's keys joined by +")
     keys = _action_key(data.features, action_key, action_space)
     video = {}
     for cam in cameras:
@@ -123,15 +128,15 @@ def load_demos(path: str | Path, cameras: Sequence[str], image_hw: tuple[int, in
         video[cam] = key
     chosen = list(range(data.num_episodes)) if episodes is None else list(episodes)
     ok = episode_success(data)
-    cols = [STATE_KEY, *keys, "task_index"] + [k for k in (ENV_STATE_KEY, *INTERVENTION_KEYS) if k in data.features]
+    cols = [STATE_KEY, *state_keys, *keys, "task_index"] + [k for k in (ENV_STATE_KEY, *INTERVENTION_KEYS) if k in data.features]
     proprio, act, task, crit, inter, images = [], [], [], [], [], {c: [] for c in cameras}
     lengths = []
     for e in chosen:
         f = data.frames(e, [c for c in dict.fromkeys(cols) if c in data.features])
-        T = len(f[STATE_KEY])
+        T = len(f[state_keys[0]])
         lengths.append(T)
-        state = f[STATE_KEY].reshape(T, -1).astype(np.float32)  # [T,P]
-        proprio.append(state)
+        state = f[STATE_KEY].reshape(T, -1).astype(np.float32) if STATE_KEY in f else np.zeros((T, 0), np.float32)
+        proprio.append(np.concatenate([f[k].reshape(T, -1).astype(np.float32) for k in state_keys], 1))  # [T,P]
         act.append(np.concatenate([f[k].reshape(T, -1).astype(np.float32) for k in keys], 1))  # [T,A]
         task.append(f["task_index"].reshape(T).astype(np.int64) if "task_index" in f else np.zeros(T, np.int64))
         extra = [f[ENV_STATE_KEY].reshape(T, -1).astype(np.float32)] if ENV_STATE_KEY in f else []

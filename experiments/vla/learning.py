@@ -20,6 +20,7 @@ import json
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--init-tag", default="bc", help="rl: the tag of the runs it starts from")
     ap.add_argument("--num-envs", type=int, default=4)
     ap.add_argument("--rollout-chunks", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "vla_learning")
     a = ap.parse_args(argv)
@@ -66,31 +68,35 @@ def main(argv: list[str] | None = None) -> None:
         arms = {"rl": ["--method", "rl", "--total-steps", str(a.steps), "--num-envs", str(a.num_envs),
                        "--rollout-chunks", str(a.rollout_chunks)]}
     tag = f"{a.task}_{a.part}_{a.head}_{Path(a.dataset).name}"
-    rows = {}
-    for name, flags in arms.items():
-        for seed in a.seeds:
-            d = a.runs_dir / tag / f"{name}-s{seed}"
-            extra = []
-            if a.part == "rl":
-                init = a.runs_dir / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
-                extra = ["--init", str(init)]
-                if (init / "checkpoints").is_dir() and (d / "before.json").is_file() is False:
-                    d.mkdir(parents=True, exist_ok=True)
-                    before = json.loads(_run(["eval", str(init), "--episodes", str(a.episodes), "--seed", "1"])
-                                        .strip().splitlines()[-1])
-                    (d / "before.json").write_text(json.dumps(before))
-            if not (d / "checkpoints" / "latest.pt").is_file():
-                _run(["train", "vla", *common, *flags, *extra, "--seed", str(seed), "--run-dir", str(d)])
-            ev = json.loads(_run(["eval", str(d), "--episodes", str(a.episodes), "--seed", "1"]).strip().splitlines()[-1])
-            metrics = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-            row = {"success_rate": ev.get("success_rate"), "return_mean": ev["return_mean"],
-                   "wall_time_s": metrics[-1]["wall_time"], "final_loss": metrics[-1].get("loss/actor",
-                                                                                          metrics[-1].get("loss/policy"))}
-            if a.part == "rl":
-                row["before"] = json.loads((d / "before.json").read_text()).get("success_rate")
-                row["env_steps"] = metrics[-1].get("env_steps")
-            rows[f"{name}-s{seed}"] = row
-            print(name, seed, row, flush=True)
+
+    def job(item):
+        name, flags, seed = item
+        d = a.runs_dir / tag / f"{name}-s{seed}"
+        extra = []
+        if a.part == "rl":
+            init = a.runs_dir / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
+            extra = ["--init", str(init)]
+            if (init / "checkpoints").is_dir() and (d / "before.json").is_file() is False:
+                d.mkdir(parents=True, exist_ok=True)
+                before = json.loads(_run(["eval", str(init), "--episodes", str(a.episodes), "--seed", "1"])
+                                    .strip().splitlines()[-1])
+                (d / "before.json").write_text(json.dumps(before))
+        if not (d / "checkpoints" / "latest.pt").is_file():
+            _run(["train", "vla", *common, *flags, *extra, "--seed", str(seed), "--run-dir", str(d)])
+        ev = json.loads(_run(["eval", str(d), "--episodes", str(a.episodes), "--seed", "1"]).strip().splitlines()[-1])
+        metrics = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        row = {"success_rate": ev.get("success_rate"), "return_mean": ev["return_mean"],
+               "wall_time_s": metrics[-1]["wall_time"], "final_loss": metrics[-1].get("loss/actor",
+                                                                                      metrics[-1].get("loss/policy"))}
+        if a.part == "rl":
+            row["before"] = json.loads((d / "before.json").read_text()).get("success_rate")
+            row["env_steps"] = metrics[-1].get("env_steps")
+        print(name, seed, row, flush=True)
+        return f"{name}-s{seed}", row
+
+    items = [(name, flags, seed) for name, flags in arms.items() for seed in a.seeds]
+    with ThreadPoolExecutor(a.jobs) as pool:
+        rows = dict(pool.map(job, items))
     cmd = "python experiments/vla/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"# VLA {a.part} on manip:{a.task}", "", f"`{cmd}` (commit {git_commit()})", "",
              f"Backbone {a.backbone} (random init; lora rank {a.lora_rank}), head {a.head}, chunk {a.chunk}, images "

@@ -237,3 +237,18 @@ def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
     for name in "abcdef":
         assert not (tmp_path / name / "checkpoints").exists()
     shutil.rmtree(empty)
+
+
+def test_bf16_and_gradient_checkpointing_train(demos):
+    algo, data = _agent("flow", demos, bf16=True, gradient_checkpointing=True)
+    assert next(algo.policy.backbone.parameters()).dtype == torch.bfloat16
+    info = algo.update(_batch(data))
+    assert torch.isfinite(info["loss/actor"]) and algo.parameters_finite()
+
+
+def test_a_proprioception_of_another_width_is_refused(tmp_path, demos, capsys):
+    err = _error(capsys, ["train", "vla", "--env", ENV, "--dataset", str(demos), "--total-steps", "1", *SMALL,
+                          "--state-key", "observation.state+observation.environment_state",
+                          "--run-dir", str(tmp_path / "w")])
+    assert "--proprio-columns" in err and "dims" in err
+    assert not (tmp_path / "w" / "checkpoints").exists()
