@@ -23,6 +23,25 @@ Conventions of envpool 1.2.5 that this adapter relies on (checked in tests/envs/
   domain's other tasks (``HumanoidRun-v1`` carries ``position``); those are dropped, so the vector is
   dm_control's own observation of the task (``_DMC_FOREIGN_KEYS``).
 - MuJoCo observations are float64; they are cast to float32.
+- An observation that is a rank-3 uint8 Box (Atari's stacked frames ``[4,84,84]``) is an image: the env
+  hands out the dict ``{"image/frames": uint8 [N,C,H,W]}`` (``core/obs.py``), ``spec.parts`` is that one
+  part, and the CNN of ``core/encoders.make_encoder`` reads it (checked in tests/envs/test_envpool_atari.py).
+  The frames are envpool's as they are, channels first; the ``C`` channels of the stack are the last ``C``
+  frames, oldest first.
+
+Atari (``envpool:Breakout-v5`` and the other ``*-v5`` ALE tasks; envpool 1.2 bundles the ROMs) runs with
+envpool's defaults unless ``,key=value`` options in the id change them (``envpool:Breakout-v5,reward_clip=true``):
+
+- ``frame_skip=4`` (an action repeated for 4 frames), ``stack_num=4``, grayscale 84x84 (``gray_scale``,
+  ``img_height``, ``img_width``; INTER_AREA resize), ``noop_max=30`` random no-ops at reset,
+  ``use_fire_reset=True`` (FIRE at reset), ``repeat_action_probability=0`` (no sticky actions, unlike ALE's
+  own v5), the minimal action set, ``max_episode_steps=27000`` agent steps (108k frames; a truncation).
+- ``episodic_life=False``: an episode is the whole game, a lost life is no episode end.
+  ``episodic_life=True`` is refused: envpool continues the game after a lost life only in its own next-step
+  reset, and the same-step reset here would start a new game at every lost life.
+- ``reward_clip=False``: the reward is the game's score change, unclipped (the DQN and IMPALA papers train on
+  rewards clipped to [-1, 1]), so the logged episode return is the game score.
+- One agent step is ``frame_skip`` emulator frames; ``spec.dt`` is ``frame_skip / 60`` s (the console's 60 Hz).
 
 Checkpointing: an envpool simulator state cannot be saved. ``state_dict()`` holds metadata only
 (seed and counters); after ``load_state_dict`` the next ``reset()`` re-seeds the pool from it, so a
@@ -39,9 +58,16 @@ from xml.etree import ElementTree
 import numpy as np
 import torch
 
+from ctrl_rl.core.obs import Obs, ObsPart
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
+
+# The observation part of an image task (Atari's stacked grayscale frames).
+IMAGE_PART = "image/frames"
+
+# Atari 2600 frames per second (NTSC); an agent step is ``frame_skip`` frames.
+_ATARI_FPS = 60.0
 
 # Seconds per step of classic-control tasks (envpool's config does not say; values from gymnasium).
 _CLASSIC_DT = {"Pendulum": 0.05, "CartPole": 0.02, "Acrobot": 0.2}
@@ -105,6 +131,12 @@ class EnvpoolEnv:
                 f"to num_envs={num_envs} (this adapter runs envpool in sync mode)."
             )
         make_kwargs.pop("batch_size", None)
+        if make_kwargs.get("episodic_life"):
+            raise UserInputError(
+                f"episodic_life=True for envpool task {task!r}: expected it off. envpool continues the game after a "
+                "lost life only in its own next-step reset; this adapter resets at once, which would restart the "
+                "whole game at every lost life."
+            )
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._task = task
@@ -119,12 +151,18 @@ class EnvpoolEnv:
         import gymnasium
 
         obs_space = self._env.observation_space
-        if isinstance(obs_space, gymnasium.spaces.Dict):
+        self._image = (isinstance(obs_space, gymnasium.spaces.Box) and obs_space.dtype == np.uint8
+                       and len(obs_space.shape) == 3)  # Atari's stacked frames [C,H,W]
+        obs_parts: tuple[ObsPart, ...] = ()
+        self._obs_keys: list[str] | None = None
+        if self._image:
+            obs_shape: tuple[int, ...] = ()  # no 'state' part
+            obs_parts = (ObsPart(IMAGE_PART, tuple(int(s) for s in obs_space.shape), torch.uint8),)
+        elif isinstance(obs_space, gymnasium.spaces.Dict):
             foreign = _DMC_FOREIGN_KEYS.get(task, ())
-            self._obs_keys: list[str] | None = sorted(k for k in obs_space.spaces if k not in foreign)
-            obs_shape: tuple[int, ...] = (sum(int(np.prod(obs_space[k].shape)) for k in self._obs_keys),)
+            self._obs_keys = sorted(k for k in obs_space.spaces if k not in foreign)
+            obs_shape = (sum(int(np.prod(obs_space[k].shape)) for k in self._obs_keys),)
         else:
-            self._obs_keys = None
             obs_shape = tuple(int(s) for s in obs_space.shape)
         act_space = self._env.action_space
         discrete = isinstance(act_space, gymnasium.spaces.Discrete)
@@ -148,6 +186,7 @@ class EnvpoolEnv:
             dt=_envpool_dt(task, self._env),
             max_episode_steps=int(max_steps) if max_steps is not None else None,
             backend="envpool",
+            obs_parts=obs_parts,
         )
         self._ids = np.arange(self.num_envs, dtype=np.int32)  # [N]
 
@@ -163,7 +202,7 @@ class EnvpoolEnv:
 
     # ---- the BatchedEnv protocol ---------------------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         """Start a new episode in every env; a ``seed`` re-creates the pool with that seed."""
         if seed is None and self._pending_seed is not None:
             seed = self._pending_seed
@@ -175,11 +214,11 @@ class EnvpoolEnv:
         self._fresh = False
         obs, info = self._env.reset()
         self._resets += 1
-        obs = self._flat(obs)  # [N,O]
+        obs = self._flat(obs)  # [N,O] or [N,C,H,W]
         order = np.asarray(info["env_id"])
         if not np.array_equal(order, self._ids):
             obs[order] = obs.copy()
-        return self._tensor(obs)
+        return self._obs(obs)
 
     def step(self, action: torch.Tensor) -> StepOut:
         """One step of every env, then a same-step reset of the envs whose episode ended."""
@@ -200,7 +239,7 @@ class EnvpoolEnv:
         """Receive the step started by ``step_async`` and apply the same-step reset."""
         obs, reward, terminated, truncated, info = self._env.recv()
         self._pending_action = None
-        obs = self._flat(obs)  # [N,O], owned float32 copy
+        obs = self._flat(obs)  # [N,O] float32 or [N,C,H,W] uint8, an owned copy
         reward = np.asarray(reward, dtype=np.float32)  # [N]
         terminated = np.asarray(terminated, dtype=bool)  # [N]
         truncated = np.asarray(truncated, dtype=bool) & ~terminated  # [N]; envpool already ensures this
@@ -209,7 +248,7 @@ class EnvpoolEnv:
         if not np.array_equal(order, self._ids):  # sync mode returns env-id order; stay correct if not
             inv = np.argsort(order)
             obs, reward, terminated, truncated, elapsed = (x[inv] for x in (obs, reward, terminated, truncated, elapsed))
-        final_obs = obs.copy()  # [N,O]
+        final_obs = obs.copy()  # [N,O] or [N,C,H,W]
         done = terminated | truncated  # [N]
         done_ids = np.flatnonzero(done).astype(np.int32)
         if done_ids.size:
@@ -217,11 +256,11 @@ class EnvpoolEnv:
             obs[np.asarray(reset_info["env_id"])] = self._flat(reset_obs)
             self._episodes += int(done_ids.size)
         return StepOut(
-            obs=self._tensor(obs),
+            obs=self._obs(obs),
             reward=self._tensor(reward),
             terminated=self._tensor(terminated),
             truncated=self._tensor(truncated),
-            final_obs=self._tensor(final_obs),
+            final_obs=self._obs(final_obs),
             info={"elapsed_step": self._tensor(elapsed)},  # steps of the episode this step belongs to
         )
 
@@ -241,7 +280,10 @@ class EnvpoolEnv:
     # ---- NumPy <-> torch boundary ----------------------------------------------------------------
 
     def _flat(self, obs: Any) -> np.ndarray:
-        """envpool observations (array or dict of arrays) -> an owned ``[n,O]`` float32 array."""
+        """envpool observations (array or dict of arrays) -> an owned ``[n,O]`` float32 array (flattened), or for an
+        image task an owned ``[n,C,H,W]`` uint8 array (kept as it is)."""
+        if self._image:
+            return np.array(obs, dtype=np.uint8)  # copy: envpool may reuse its buffers
         if self._obs_keys is None:
             return np.array(obs, dtype=np.float32)  # copy: envpool may reuse its buffers
         n = len(obs[self._obs_keys[0]])
@@ -249,6 +291,10 @@ class EnvpoolEnv:
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(self.device)
+
+    def _obs(self, x: np.ndarray) -> Obs:
+        """The ``Obs`` form of a ``_flat`` result: ``[N,O]``, or ``{"image/frames": [N,C,H,W]}``."""
+        return {IMAGE_PART: self._tensor(x)} if self._image else self._tensor(x)
 
     def __repr__(self) -> str:
         return f"EnvpoolEnv({self._task!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
@@ -261,6 +307,8 @@ def _envpool_dt(task: str, env: Any) -> float:
 
     config = env.config
     spec_name = type(env.spec).__name__  # e.g. GymHalfCheetahEnvSpec, DmcCheetahEnvSpec, PendulumEnvSpec
+    if spec_name == "AtariEnvSpec":
+        return config["frame_skip"] / _ATARI_FPS
     if spec_name.startswith("Dmc") and spec_name.endswith("EnvSpec"):
         control_dt = _DMC_CONTROL_DT.get(spec_name[3 : -len("EnvSpec")])
         if control_dt is None:

@@ -16,7 +16,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.config import RunConfig, ensure_loop
-from ctrl_rl.core.obs import obs_cat, obs_map, obs_nbytes, obs_to
+from ctrl_rl.core.obs import obs_cat, obs_index, obs_map, obs_nbytes, obs_to
 from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
@@ -88,7 +88,7 @@ class Collector:
                 obs = self._record(t, storage, obs, action, logp, env.step(action), 0)
             return obs
         (ea, eb), (sa, sb) = self.envs, self.slices
-        oa, ob = obs[sa], obs[sb]  # [N/2,O] each
+        oa, ob = obs_index(obs, sa), obs_index(obs, sb)  # [N/2,O] each (or per part)
         aa, la = algo.sample(oa)
         ea.step_async(aa)
         for t in range(T):
@@ -99,7 +99,7 @@ class Collector:
                 aa, la = algo.sample(oa)
                 ea.step_async(aa)
             ob = self._record(t, storage, ob, ab, lb, eb.step_wait(), 1)
-        return torch.cat([oa, ob])  # [N,O]
+        return obs_cat([oa, ob])  # [N,O] (or per part)
 
     def state_dict(self) -> dict:
         return {"groups": [e.state_dict() for e in self.envs]}
