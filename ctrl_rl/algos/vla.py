@@ -300,6 +300,12 @@ class VLA:
     def state_value(self, state: torch.Tensor) -> torch.Tensor:
         return self.value(state.float()).squeeze(-1)  # [N]
 
+    def reset_exploration(self) -> None:
+        """The regression head's Gaussian noise back to ``init_log_std`` (after ``--init`` from an imitation run)."""
+        if self.config.head == "regression":
+            with torch.no_grad():
+                self.policy.head.log_std.fill_(self.config.init_log_std)
+
     def to_actions(self, x: torch.Tensor) -> torch.Tensor:
         """Normalised chunk -> env actions ``[N,H,A]`` (clipped to the env's [-1, 1])."""
         return self.policy.normalizer.unnormalize(x).clamp(-1, 1)

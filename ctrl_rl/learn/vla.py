@@ -167,6 +167,7 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
             if ck.get("algo") != algo_name:
                 raise UserInputError(f"--init {loop.init!r} holds a {ck.get('algo')!r} run: expected a {algo_name} run")
             load_state(algo.policy, ck["algo_state"]["policy"], "the initial policy", ck_path)
+            algo.reset_exploration()  # imitation never trains the RL noise: it starts at this run's --init-log-std
         else:
             algo.set_statistics(demos.proprio, demos.action)
         sample = _Sampler(demos, ctx.device, gen)

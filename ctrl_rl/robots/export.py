@@ -183,7 +183,8 @@ def _export_onnx(module: ExportModule, args: tuple, names: list[str], outputs: l
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs, dynamo=True,
-                          dynamic_shapes=dyn, external_data=False, verbose=False)
+                          dynamic_shapes=dyn, external_data=False, verbose=False,
+                          optimize=getattr(module.policy, "onnx_optimize", True))
 
 
 def _export_pt2(module: ExportModule, args: tuple, path: Path) -> None:

@@ -27,6 +27,9 @@ class ChunkPolicy(nn.Module):
         self.register_buffer("columns", torch.tensor(proprio_columns, dtype=torch.long), persistent=False)
         self.chunk = policy.H
         self.pad_id = int(policy.tokenizer.pad_token_id)
+        # the tokens head unrolls H*A decoder passes: onnxscript's graph optimiser takes ~20 min on that graph
+        # (bench/vla.py), so the export skips it; onnxruntime still optimises the graph when it loads it
+        self.onnx_optimize = policy.head_kind != "tokens"
 
     def language_input(self) -> dict:
         """How the runtime builds the ``language`` input from an instruction string."""
@@ -58,5 +61,6 @@ class ChunkPolicy(nn.Module):
             x = p.head(p._queries(embeds, amask))
         else:
             cond = p._queries(embeds, amask)
-            x = p.head.sample(cond, None, noise=torch.zeros(cond.shape[0], p.H, p.A, dtype=cond.dtype))
+            x = p.head.sample(cond, None, noise=torch.zeros(cond.shape[0], p.H, p.A, dtype=cond.dtype,
+                                                            device=cond.device))
         return p.normalizer.unnormalize(x.clamp(-1, 1)).clamp(-1, 1)  # [B,H,A]

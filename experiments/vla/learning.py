@@ -28,6 +28,10 @@ sys.path.insert(0, str(ROOT / "experiments" / "bench"))
 from common import git_commit, write_result  # noqa: E402
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _run(cmd: list[str]) -> str:
     p = subprocess.run([sys.executable, "-m", "ctrl_rl", *cmd], capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
@@ -49,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     ap.add_argument("--episodes", type=int, default=20, help="evaluation episodes")
     ap.add_argument("--init-tag", default="bc", help="rl: the tag of the runs it starts from")
+    ap.add_argument("--init-runs-dir", type=Path, default=None, help="rl: where those runs are (default --runs-dir)")
     ap.add_argument("--num-envs", type=int, default=4)
     ap.add_argument("--rollout-chunks", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel")
@@ -74,13 +79,14 @@ def main(argv: list[str] | None = None) -> None:
         d = a.runs_dir / tag / f"{name}-s{seed}"
         extra = []
         if a.part == "rl":
-            init = a.runs_dir / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
+            init = (a.init_runs_dir or a.runs_dir) / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
             extra = ["--init", str(init)]
-            if (init / "checkpoints").is_dir() and (d / "before.json").is_file() is False:
-                d.mkdir(parents=True, exist_ok=True)
+            before_file = d.parent / f"{d.name}.before.json"  # beside the run: a run directory holds only its own files
+            if (init / "checkpoints").is_dir() and not before_file.is_file():
+                d.parent.mkdir(parents=True, exist_ok=True)
                 before = json.loads(_run(["eval", str(init), "--episodes", str(a.episodes), "--seed", "1"])
                                     .strip().splitlines()[-1])
-                (d / "before.json").write_text(json.dumps(before))
+                before_file.write_text(json.dumps(before))
         if not (d / "checkpoints" / "latest.pt").is_file():
             _run(["train", "vla", *common, *flags, *extra, "--seed", str(seed), "--run-dir", str(d)])
         ev = json.loads(_run(["eval", str(d), "--episodes", str(a.episodes), "--seed", "1"]).strip().splitlines()[-1])
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                "wall_time_s": metrics[-1]["wall_time"], "final_loss": metrics[-1].get("loss/actor",
                                                                                       metrics[-1].get("loss/policy"))}
         if a.part == "rl":
-            row["before"] = json.loads((d / "before.json").read_text()).get("success_rate")
+            row["before"] = json.loads((d.parent / f"{d.name}.before.json").read_text()).get("success_rate")
             row["env_steps"] = metrics[-1].get("env_steps")
         print(name, seed, row, flush=True)
         return f"{name}-s{seed}", row
@@ -106,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
              "|---|---|---|---|---|" + ("---|---|" if a.part == "rl" else "")]
     for k, r in rows.items():
         name, seed = k.rsplit("-s", 1)
-        extra = f" {r['before']} | {r['env_steps']} |" if a.part == "rl" else ""
-        lines.append(f"| {name} | {seed} | {r['success_rate']} | {r['return_mean']:.1f} | {r['wall_time_s']:.0f} |{extra}")
+        extra = f" {_pct(r['before'])} | {r['env_steps']} |" if a.part == "rl" else ""
+        lines.append(f"| {name} | {seed} | {_pct(r['success_rate'])} | {r['return_mean']:.1f} | {r['wall_time_s']:.0f} |{extra}")
     for name in arms:
         s = [rows[f"{name}-s{seed}"]["success_rate"] or 0.0 for seed in a.seeds]
         lines.append(f"\n{name}: mean success {statistics.mean(s):.2f} over seeds {a.seeds}")
