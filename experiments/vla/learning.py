@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in arms:
         s = [rows[f"{name}-s{seed}"]["success_rate"] or 0.0 for seed in a.seeds]
         lines.append(f"\n{name}: mean success {statistics.mean(s):.2f} over seeds {a.seeds}")
-    write_result(f"vla_learning_{tag}", {"command": cmd, "commit": git_commit(), "rows": rows, "args": vars(a) | {
-        "runs_dir": str(a.runs_dir)}}, "\n".join(lines) + "\n")
+    write_result(f"vla_learning_{tag}", {"command": cmd, "commit": git_commit(), "rows": rows, "args": {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}}, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
