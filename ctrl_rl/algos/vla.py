@@ -401,10 +401,8 @@ class VLA:
                        critic_opt=self.critic_opt.state_dict())
         return out
 
-    def load_state_dict(self, state: dict, policy_only: bool = False) -> None:
+    def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
-        if policy_only:
-            return
         self.opt.load_state_dict(state["opt"])
         self.updates = state["updates"]
         if self.value is not None and "value" in state:
