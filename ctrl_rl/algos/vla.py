@@ -27,7 +27,9 @@ Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
   chunks), clipped ratio of the head's chunk likelihood (tokens: the bins' categorical; regression: a diagonal
   Gaussian with a learned log-std; flow: the Gaussian transitions of a noisy Euler chain with ``flow_sigma``),
   GAE, a value function on the env's full ``state`` part (asymmetric: privileged state in simulation), and
-  ``L = L_PPO + sft_coef * L_SFT(demonstration batch)`` (RLinf's example weight 0.2).
+  ``L = L_PPO + sft_coef * L_SFT(demonstration batch)`` (RLinf's example weight 0.2). The value function then
+  makes ``value_epochs`` passes over the rollout; for the first ``critic_warmup`` updates only it trains, so a
+  policy loaded from BC is not moved by the advantages of an unfitted critic.
 """
 
 from __future__ import annotations
@@ -137,6 +139,14 @@ class VLAConfig:
     """Passes over a rollout per update."""
     ppo_minibatches: int = 2
     """Minibatches per pass."""
+    target_kl: float = 0.0
+    """Stop an update's policy passes at the first minibatch whose approximate KL to the rollout policy exceeds
+    1.5 x this (0: off; full fine-tuning of a chunk likelihood over H x A dims moves it fast)."""
+    value_epochs: int = 4
+    """Passes of the value function over a rollout per update (the same minibatches; it is a small MLP)."""
+    critic_warmup: int = 0
+    """RL updates at the start that train only the value function: the policy loaded by ``--init`` acts unchanged
+    until its advantages come from a fitted critic rather than a random one."""
     ent_coef: float = 0.0
     """Entropy bonus (regression head only; the others have no closed form)."""
     sft_coef: float = 0.2
@@ -147,12 +157,16 @@ class VLAConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         parse_columns(self.proprio_columns)
-        for name in ("chunk", "flow_steps", "max_text_len", "ppo_epochs", "ppo_minibatches"):
+        for name in ("chunk", "flow_steps", "max_text_len", "ppo_epochs", "ppo_minibatches", "value_epochs"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
+        if not isinstance(self.critic_warmup, int) or self.critic_warmup < 0:
+            raise UserInputError(f"invalid --critic-warmup {self.critic_warmup!r}: expected a non-negative integer")
         if self.lora_rank < 0 or not 0 <= self.execute_steps <= self.chunk:
             raise UserInputError(f"invalid --lora-rank {self.lora_rank} or --execute-steps {self.execute_steps}: expected "
                                  f"a rank >= 0 and 0 <= execute steps <= --chunk {self.chunk}")
+        if not self.target_kl >= 0:
+            raise UserInputError(f"invalid --target-kl {self.target_kl!r}: expected a non-negative number (0: off)")
         if self.habc_beta <= 0 or self.habc_gate_temperature <= 0 or self.flow_sigma < 0:
             raise UserInputError("invalid --habc-beta, --habc-gate-temperature or --flow-sigma: expected positive "
                                  "temperatures and a non-negative sigma")
@@ -311,43 +325,59 @@ class VLA:
         return self.policy.normalizer.unnormalize(x).clamp(-1, 1)
 
     def update_rl(self, ro: dict, demos: dict, instructions: list[str]) -> dict[str, torch.Tensor]:
-        """PPO epochs over the rollout ``ro`` (rows S = T*N) with the SFT anchor on ``demos``."""
+        """PPO epochs over the rollout ``ro`` (rows S = T*N) with the SFT anchor on ``demos``, then the value
+        function's epochs; during the first ``critic_warmup`` updates only the value function trains."""
         c = self.config
         adv = ro["advantage"]
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)  # [S]
         S = adv.shape[0]
-        stats = []
-        for _ in range(c.ppo_epochs):
-            perm = torch.randperm(S, generator=self.gen, device=adv.device)
-            for idx in perm.chunk(c.ppo_minibatches):
-                obs = {k: v[idx] for k, v in ro["obs"].items()}
-                stored = _index(ro["stored"], idx)
-                prefix = self.prefix_from_obs(obs)
-                logp = self.policy.log_prob(prefix, stored, c.flow_sigma)  # [b]
-                ratio = torch.exp(logp - ro["log_prob"][idx])
-                a = adv[idx]
-                l_pg = -torch.min(ratio * a, ratio.clamp(1 - c.clip_ratio, 1 + c.clip_ratio) * a).mean()
-                l_sft = self.policy.loss(self.prefix_from_batch(demos, instructions), demos["chunk"], None, self.gen)
-                loss = l_pg + c.sft_coef * l_sft
-                ent = torch.zeros((), device=adv.device)
-                if c.ent_coef > 0 and c.head == "regression":
-                    ent = self.policy.head.entropy()
-                    loss = loss - c.ent_coef * ent
-                norm = self._step(loss)
-                v = self.value(obs["state"].float()).squeeze(-1)
-                l_v = 0.5 * ((v - ro["return"][idx]) ** 2).mean()
+        out: dict[str, torch.Tensor] = {}
+        if self.updates >= c.critic_warmup:
+            stats, stop = [], False
+            for _ in range(c.ppo_epochs):
+                if stop:
+                    break
+                perm = torch.randperm(S, generator=self.gen, device=adv.device)
+                for idx in perm.chunk(c.ppo_minibatches):
+                    if stop:
+                        break
+                    obs = {k: v[idx] for k, v in ro["obs"].items()}
+                    prefix = self.prefix_from_obs(obs)
+                    logp = self.policy.log_prob(prefix, _index(ro["stored"], idx), c.flow_sigma)  # [b]
+                    ratio = torch.exp(logp - ro["log_prob"][idx])
+                    a = adv[idx]
+                    l_pg = -torch.min(ratio * a, ratio.clamp(1 - c.clip_ratio, 1 + c.clip_ratio) * a).mean()
+                    l_sft = self.policy.loss(self.prefix_from_batch(demos, instructions), demos["chunk"], None, self.gen)
+                    loss = l_pg + c.sft_coef * l_sft
+                    ent = torch.zeros((), device=adv.device)
+                    if c.ent_coef > 0 and c.head == "regression":
+                        ent = self.policy.head.entropy()
+                        loss = loss - c.ent_coef * ent
+                    with torch.no_grad():
+                        kl = ((ratio - 1) - torch.log(ratio)).mean()
+                        clip = ((ratio - 1).abs() > c.clip_ratio).float().mean()
+                    if c.target_kl > 0 and float(kl) > 1.5 * c.target_kl:
+                        stop = True  # this minibatch's gradient is not applied
+                        norm = torch.zeros((), device=adv.device)
+                    else:
+                        norm = self._step(loss)
+                    stats.append(torch.stack([l_pg.detach(), l_sft.detach(), kl, clip, norm.detach(), ent.detach()]))
+            keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy")
+            out.update(zip(keys, torch.stack(stats).mean(0)))
+            out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
+        state, ret = ro["obs"]["state"].float(), ro["return"]  # [S,O], [S]
+        with torch.no_grad():  # on this rollout before fitting it: how well the critic predicts fresh returns
+            explained = 1 - (ret - self.value(state).squeeze(-1)).var() / ret.var().clamp_min(1e-8)
+        losses = []
+        for _ in range(c.value_epochs):
+            for idx in torch.randperm(S, generator=self.gen, device=adv.device).chunk(c.ppo_minibatches):
+                l_v = 0.5 * ((self.value(state[idx]).squeeze(-1) - ret[idx]) ** 2).mean()
                 self.value_opt.zero_grad(set_to_none=True)
                 l_v.backward()
                 self.value_opt.step()
-                with torch.no_grad():
-                    kl = ((ratio - 1) - torch.log(ratio)).mean()
-                    clip = ((ratio - 1).abs() > c.clip_ratio).float().mean()
-                stats.append(torch.stack([l_pg.detach(), l_sft.detach(), l_v.detach(), kl, clip, norm.detach(), ent.detach()]))
+                losses.append(l_v.detach())
         self.updates += 1
-        m = torch.stack(stats).mean(0)
-        keys = ("loss/policy", "loss/sft", "loss/value", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm",
-                "stats/entropy")
-        return dict(zip(keys, m))
+        return {**out, "loss/value": torch.stack(losses).mean(), "stats/value_explained_var": explained}
 
     def advantages(self, ro: dict, last_value: torch.Tensor) -> None:
         """GAE over chunks (discount gamma^execute_steps); adds ``advantage`` and ``return`` to ``ro`` ([T,N] -> [S])."""

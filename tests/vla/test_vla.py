@@ -187,10 +187,31 @@ def test_habc_and_rl_from_the_cli(tmp_path, demos, capsys):
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert "stats/weight_mean" in rows[-1] and "loss/viability" in rows[-1]
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--num-envs", "2", "--rollout-chunks", "2",
-                                                          "--total-steps", "2"])
+                                                          "--total-steps", "2", "--target-kl", "1e-12"])
     assert rc == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 2 * 2 * 2 * 2 and "loss/sft" in rows[-1]
+    # the KL stop: the first minibatch (ratio 1) steps, a later one exceeds 1.5e-12 and ends the update's passes
+    assert 1 <= rows[-1]["stats/policy_steps"] < 2 * 2
+
+
+def test_critic_warmup_trains_only_the_value_function_then_the_policy(demos):
+    from ctrl_rl.envs import make_env
+    from ctrl_rl.learn.vla import ChunkCollector
+
+    algo, data = _agent("regression", demos, method="rl", critic_warmup=1, value_epochs=2)
+    env = make_env(ENV, 2, seed=0)
+    collector = ChunkCollector(env, algo, 2, seed=0)
+    policy0 = {k: v.clone() for k, v in algo.policy.state_dict().items()}
+    value0 = {k: v.clone() for k, v in algo.value.state_dict().items()}
+    info = algo.update({"rollout": collector.collect(), "demos": _batch(data), "instructions": data.instructions})
+    assert "loss/policy" not in info and "stats/value_explained_var" in info
+    assert all(torch.equal(v, algo.policy.state_dict()[k]) for k, v in policy0.items())
+    assert any(not torch.equal(v, algo.value.state_dict()[k]) for k, v in value0.items())
+    info = algo.update({"rollout": collector.collect(), "demos": _batch(data), "instructions": data.instructions})
+    env.close()
+    assert "loss/policy" in info
+    assert any(not torch.equal(v, algo.policy.state_dict()[k]) for k, v in policy0.items())
 
 
 def test_rl_starts_from_a_bc_run(tmp_path, demos, capsys):
