@@ -20,6 +20,7 @@ The env state is not checkpointed: an RL run resumes its weights, optimizer and 
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -45,14 +46,17 @@ def complete_env_id(env: str, cameras: str, image_size: str) -> str:
 
 
 class ChunkCollector:
-    """Steps ``env`` with the agent's chunks; ``collect()`` returns a rollout of ``T`` chunks per env."""
+    """Steps ``env`` with the agent's chunks; ``collect()`` returns a rollout of ``T`` chunks per env. ``stats()``
+    reports the mean return and success of the last ``RECENT`` finished episodes (the noisy training policy)."""
+
+    RECENT = 32
 
     def __init__(self, env, algo, chunks: int, seed: int):
         self.env, self.algo, self.T = env, algo, chunks
         self.obs = env.reset(seed=seed)
         self.env_steps = 0
-        self.returns: list[float] = []
-        self.successes: list[float] = []
+        self.returns: deque[float] = deque(maxlen=self.RECENT)
+        self.successes: deque[float] = deque(maxlen=self.RECENT)
 
     @torch.no_grad()
     def collect(self) -> dict:
@@ -96,9 +100,9 @@ class ChunkCollector:
             return
         d = info["episode_done"].cpu()
         if bool(d.any()):
-            self.returns += info["episode_return"].cpu()[d].float().tolist()
+            self.returns.extend(info["episode_return"].cpu()[d].float().tolist())
             if "episode_success" in info:
-                self.successes += info["episode_success"].cpu()[d].float().tolist()
+                self.successes.extend(info["episode_success"].cpu()[d].float().tolist())
 
     def stats(self) -> dict:
         out = {"env_steps": self.env_steps}
@@ -106,7 +110,6 @@ class ChunkCollector:
             out["episode_return"] = sum(self.returns) / len(self.returns)
         if self.successes:
             out["success_rate"] = sum(self.successes) / len(self.successes)
-        self.returns, self.successes = [], []
         return out
 
 
