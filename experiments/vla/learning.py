@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[])
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "vla_learning")
+    ap.add_argument("--name", default="", help="suffix of the result files (settings of one part side by side)")
     a = ap.parse_args(argv)
     env = f"manip:{a.task}"
     common = ["--env", env, "--dataset", a.dataset, "--backbone", a.backbone, "--head", a.head, "--chunk",
@@ -117,8 +118,42 @@ def main(argv: list[str] | None = None) -> None:
     for name in arms:
         s = [rows[f"{name}-s{seed}"]["success_rate"] or 0.0 for seed in a.seeds]
         lines.append(f"\n{name}: mean success {statistics.mean(s):.2f} over seeds {a.seeds}")
-    write_result(f"vla_learning_{tag}", {"command": cmd, "commit": git_commit(), "rows": rows, "args": {
+    name = f"vla_learning_{tag}{'_' + a.name if a.name else ''}"
+    if a.part == "rl":
+        _plot_rl(a, tag, name, rows)
+    write_result(name, {"command": cmd, "commit": git_commit(), "rows": rows, "args": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}}, "\n".join(lines) + "\n")
+
+
+def _plot_rl(a, tag: str, name: str, rows: dict) -> None:
+    """Training success (the noisy policy, last 32 episodes) over env steps per seed, with the deterministic
+    evaluation before and after RL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for i, seed in enumerate(a.seeds):
+        color = f"C{i}"
+        d = a.runs_dir / tag / f"rl-s{seed}"
+        pts = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        pts = [(r["env_steps"], r["success_rate"]) for r in pts if "success_rate" in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, lw=1, label=f"seed {seed}: training (noisy)")
+        r = rows[f"rl-s{seed}"]
+        end = pts[-1][0] if pts else 0
+        ax.plot([0, end], [r["before"], r["success_rate"]], "o--", color=color, alpha=0.8,
+                label=f"seed {seed}: evaluation before / after")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"VLA RL from BC on manip:{a.task} ({a.episodes} evaluation episodes)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = ROOT / "experiments" / "results" / f"{name}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
 
 
 if __name__ == "__main__":

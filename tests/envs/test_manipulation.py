@@ -342,6 +342,18 @@ def test_same_seed_same_observations_different_seed_different():
         e.close()
 
 
+def test_closing_one_camera_env_leaves_the_others_rendering():
+    """Each renderer frees its GL objects in its own context: closing env b once blacked out env c's images."""
+    opts = f"manip:Lift,cameras=exterior1,{SMALL}"
+    b = _make(opts, seed=5)
+    ob = b.reset()["image/exterior_image_1_left"]
+    c = _make(opts, seed=5)  # its context is now the current one
+    b.close()
+    oc = c.reset()["image/exterior_image_1_left"]
+    c.close()
+    assert float(oc.float().mean()) > 20 and torch.equal(ob, oc)
+
+
 def test_workers_match_in_process():
     opts = f"manip:Lift,cameras=wrist,{SMALL},randomize=true,max_episode_steps=4"
     local = _make(opts, n=3, seed=8)

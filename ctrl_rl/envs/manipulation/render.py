@@ -82,6 +82,9 @@ class CameraRenderer:
     def close(self) -> None:
         if self._gl is None:
             return
+        # GL object ids belong to a context: freeing them while another renderer's context is current would
+        # delete that renderer's buffers and textures (it then renders black), so this context goes first.
+        self._gl.make_current()
         self._mjr.free()
         self._mjr = None
         self._gl.free()
