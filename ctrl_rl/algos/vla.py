@@ -92,6 +92,9 @@ class VLAConfig:
     """Comma-separated module names (last name component) LoRA adapts inside the language model."""
     lora_vision: bool = False
     """Also adapt the same module names in the vision tower."""
+    freeze_backbone: bool = False
+    """Train only what sits outside the backbone: the action head, its query tokens and the proprioception
+    projection (the vision tower, the language model and any LoRA adapters stay as loaded)."""
     lr: float = 3e-4
     """AdamW learning rate of the adapters, heads and projections."""
     weight_decay: float = 0.0
@@ -204,6 +207,8 @@ class VLA:
                                 self.cameras, c.max_text_len, c.flow_steps, c.init_log_std)
         if c.lora_rank > 0:
             apply_lora(self.policy.backbone, c.lora_rank, c.lora_alpha, c.lora_targets, c.lora_vision)
+        if c.freeze_backbone:
+            self.policy.backbone.requires_grad_(False)
         if c.gradient_checkpointing:
             self.policy.backbone.enable_gradient_checkpointing()
         self.policy.to(self.device)

@@ -267,6 +267,16 @@ def test_bf16_and_gradient_checkpointing_train(demos):
     assert torch.isfinite(info["loss/actor"]) and algo.parameters_finite()
 
 
+def test_a_frozen_backbone_keeps_its_weights_while_the_head_trains(demos):
+    algo, data = _agent("regression", demos, freeze_backbone=True)
+    backbone0 = {k: v.clone() for k, v in algo.policy.backbone.state_dict().items()}
+    head0 = {k: v.clone() for k, v in algo.policy.head.state_dict().items()}
+    algo.update(_batch(data))
+    assert all(torch.equal(v, algo.policy.backbone.state_dict()[k]) for k, v in backbone0.items())
+    assert any(not torch.equal(v, algo.policy.head.state_dict()[k]) for k, v in head0.items())
+    assert 0 < algo.trainable_fraction() < 1
+
+
 def test_a_proprioception_of_another_width_is_refused(tmp_path, demos, capsys):
     err = _error(capsys, ["train", "vla", "--env", ENV, "--dataset", str(demos), "--total-steps", "1", *SMALL,
                           "--state-key", "observation.state+observation.environment_state",
