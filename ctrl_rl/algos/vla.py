@@ -339,34 +339,27 @@ class VLA:
         out: dict[str, torch.Tensor] = {}
         if self.updates >= c.critic_warmup:
             stats, stop = [], False
-            for _ in range(c.ppo_epochs):
+            for idx in self._minibatches(S, c.ppo_epochs, adv.device):
+                obs = {k: v[idx] for k, v in ro["obs"].items()}
+                prefix = self.prefix_from_obs(obs)
+                logp = self.policy.log_prob(prefix, _index(ro["stored"], idx), c.flow_sigma)  # [b]
+                ratio = torch.exp(logp - ro["log_prob"][idx])
+                a = adv[idx]
+                l_pg = -torch.min(ratio * a, ratio.clamp(1 - c.clip_ratio, 1 + c.clip_ratio) * a).mean()
+                l_sft = self.policy.loss(self.prefix_from_batch(demos, instructions), demos["chunk"], None, self.gen)
+                loss = l_pg + c.sft_coef * l_sft
+                ent = torch.zeros((), device=adv.device)
+                if c.ent_coef > 0 and c.head == "regression":
+                    ent = self.policy.head.entropy()
+                    loss = loss - c.ent_coef * ent
+                with torch.no_grad():
+                    kl = ((ratio - 1) - torch.log(ratio)).mean()
+                    clip = ((ratio - 1).abs() > c.clip_ratio).float().mean()
+                stop = c.target_kl > 0 and float(kl) > 1.5 * c.target_kl  # then this minibatch's step is not taken
+                norm = torch.zeros((), device=adv.device) if stop else self._step(loss)
+                stats.append(torch.stack([l_pg.detach(), l_sft.detach(), kl, clip, norm.detach(), ent.detach()]))
                 if stop:
                     break
-                perm = torch.randperm(S, generator=self.gen, device=adv.device)
-                for idx in perm.chunk(c.ppo_minibatches):
-                    if stop:
-                        break
-                    obs = {k: v[idx] for k, v in ro["obs"].items()}
-                    prefix = self.prefix_from_obs(obs)
-                    logp = self.policy.log_prob(prefix, _index(ro["stored"], idx), c.flow_sigma)  # [b]
-                    ratio = torch.exp(logp - ro["log_prob"][idx])
-                    a = adv[idx]
-                    l_pg = -torch.min(ratio * a, ratio.clamp(1 - c.clip_ratio, 1 + c.clip_ratio) * a).mean()
-                    l_sft = self.policy.loss(self.prefix_from_batch(demos, instructions), demos["chunk"], None, self.gen)
-                    loss = l_pg + c.sft_coef * l_sft
-                    ent = torch.zeros((), device=adv.device)
-                    if c.ent_coef > 0 and c.head == "regression":
-                        ent = self.policy.head.entropy()
-                        loss = loss - c.ent_coef * ent
-                    with torch.no_grad():
-                        kl = ((ratio - 1) - torch.log(ratio)).mean()
-                        clip = ((ratio - 1).abs() > c.clip_ratio).float().mean()
-                    if c.target_kl > 0 and float(kl) > 1.5 * c.target_kl:
-                        stop = True  # this minibatch's gradient is not applied
-                        norm = torch.zeros((), device=adv.device)
-                    else:
-                        norm = self._step(loss)
-                    stats.append(torch.stack([l_pg.detach(), l_sft.detach(), kl, clip, norm.detach(), ent.detach()]))
             keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy")
             out.update(zip(keys, torch.stack(stats).mean(0)))
             out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
@@ -374,15 +367,20 @@ class VLA:
         with torch.no_grad():  # on this rollout before fitting it: how well the critic predicts fresh returns
             explained = 1 - (ret - self.value(state).squeeze(-1)).var() / ret.var().clamp_min(1e-8)
         losses = []
-        for _ in range(c.value_epochs):
-            for idx in torch.randperm(S, generator=self.gen, device=adv.device).chunk(c.ppo_minibatches):
-                l_v = 0.5 * ((self.value(state[idx]).squeeze(-1) - ret[idx]) ** 2).mean()
-                self.value_opt.zero_grad(set_to_none=True)
-                l_v.backward()
-                self.value_opt.step()
-                losses.append(l_v.detach())
+        for idx in self._minibatches(S, c.value_epochs, adv.device):
+            l_v = 0.5 * ((self.value(state[idx]).squeeze(-1) - ret[idx]) ** 2).mean()
+            self.value_opt.zero_grad(set_to_none=True)
+            l_v.backward()
+            self.value_opt.step()
+            losses.append(l_v.detach())
         self.updates += 1
         return {**out, "loss/value": torch.stack(losses).mean(), "stats/value_explained_var": explained}
+
+    def _minibatches(self, S: int, epochs: int, device):
+        """Row indices of ``ppo_minibatches`` minibatches per epoch, a fresh permutation of ``S`` rows each epoch
+        (drawn lazily, so a stop part-way draws no more)."""
+        for _ in range(epochs):
+            yield from torch.randperm(S, generator=self.gen, device=device).chunk(self.config.ppo_minibatches)
 
     def advantages(self, ro: dict, last_value: torch.Tensor) -> None:
         """GAE over chunks (discount gamma^execute_steps); adds ``advantage`` and ``return`` to ``ro`` ([T,N] -> [S])."""

@@ -58,3 +58,17 @@ def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:
     r = subprocess.run([sys.executable, "-m", "ctrl_rl", "data", "info", str(path), "--env", env, "--refs", refs],
                        cwd=ROOT, capture_output=True, text=True)
     return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+
+
+def time_calls_ns(fn, calls: int):
+    """Wall time of each of ``calls`` calls of ``fn()``, in ns (a NumPy array)."""
+    import time
+
+    import numpy as np
+
+    t = np.empty(calls)
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        t[i] = time.perf_counter_ns() - t0
+    return t

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_result  # noqa: E402
+from common import time_calls_ns, write_result  # noqa: E402
 
 from ctrl_rl.algos.sac import SAC, SACConfig  # noqa: E402
 from ctrl_rl.core.obs import ObsPart  # noqa: E402
@@ -46,15 +45,6 @@ def policies() -> dict[str, tuple[ExportModule, EnvSpec]]:
                    torch.Generator().manual_seed(0))
         out[name] = (ExportModule(algo.exportable().eval(), spec).eval(), spec)
     return out
-
-
-def time_calls(fn, calls: int) -> np.ndarray:
-    t = np.empty(calls)
-    for i in range(calls):
-        t0 = time.perf_counter_ns()
-        fn()
-        t[i] = time.perf_counter_ns() - t0
-    return t / 1e3  # us
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,10 +76,10 @@ def main(argv: list[str] | None = None) -> None:
 
             stats = {"onnxruntime": [], "torch_eager": []}
             for fn in (ort, eager):
-                time_calls(fn, a.warmup)
+                time_calls_ns(fn, a.warmup)
             for _ in range(a.repeats):
                 for label, fn in (("onnxruntime", ort), ("torch_eager", eager)):
-                    t = time_calls(fn, a.calls)
+                    t = time_calls_ns(fn, a.calls) / 1e3  # us
                     stats[label].append((float(np.percentile(t, 50)), float(np.percentile(t, 99))))
             for label, reps in stats.items():
                 p50 = float(np.median([r[0] for r in reps]))

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, git_commit, write_result  # noqa: E402
+from common import ROOT, git_commit, time_calls_ns, write_result  # noqa: E402
 
 ENV = "manip:Lift,cameras=exterior1,image_size=48x64,language=true"
 DEMOS = ROOT / "runs" / "vla_bench" / "demos"
@@ -74,15 +74,6 @@ def _maxrss_mb() -> float:
 def _percentiles(ns: np.ndarray) -> dict:
     ms = ns / 1e6
     return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean())}
-
-
-def _time_calls(fn, calls: int) -> np.ndarray:
-    t = np.empty(calls)
-    for i in range(calls):
-        t0 = time.perf_counter_ns()
-        fn()
-        t[i] = time.perf_counter_ns() - t0
-    return t  # ns
 
 
 def worker_measure(a) -> dict:
@@ -134,8 +125,8 @@ def worker_measure(a) -> dict:
         with torch.no_grad():
             algo.policy.sample(algo.prefix_from_obs(obs), algo.gen, deterministic=True)
 
-    _time_calls(plan, a.warmup_calls)
-    lat = _percentiles(_time_calls(plan, a.calls))
+    time_calls_ns(plan, a.warmup_calls)
+    lat = _percentiles(time_calls_ns(plan, a.calls))
     env.close()
     rss1 = _maxrss_mb()
     return {"head": a.head, "lora_rank": a.rank, "trainable_params": trainable, "total_params": total,
@@ -201,8 +192,8 @@ def worker_graph(a) -> dict:
             with torch.no_grad():
                 module(*(torch.from_numpy(x) for x in feed().values()))
 
-    _time_calls(call, a.warmup_calls)
-    out = _percentiles(_time_calls(call, a.calls))
+    time_calls_ns(call, a.warmup_calls)
+    out = _percentiles(time_calls_ns(call, a.calls))
     robot.close()
     return {"runtime": runtime, **out}
 
