@@ -29,7 +29,10 @@ Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
   GAE, a value function on the env's full ``state`` part (asymmetric: privileged state in simulation), and
   ``L = L_PPO + sft_coef * L_SFT(demonstration batch)`` (RLinf's example weight 0.2). The value function then
   makes ``value_epochs`` passes over the rollout; for the first ``critic_warmup`` updates only it trains, so a
-  policy loaded from BC is not moved by the advantages of an unfitted critic.
+  policy loaded from BC is not moved by the advantages of an unfitted critic. With ``advantage group``
+  (GRPO-style, as SimpleVLA-RL uses for VLAs; not in ALGORITHMS.md) there is no critic: blocks of ``group_size``
+  envs replay the same episode, and every chunk of an episode gets its return minus the block's mean return. It
+  removes the variance between placements, which a critic on 64x64 pixels or a few state dims fits poorly.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.nets import mlp
-from ctrl_rl.core.returns import gae
+from ctrl_rl.core.returns import gae, group_relative_advantages
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
@@ -132,6 +135,11 @@ class VLAConfig:
     """Adam learning rate of the HABC critics and of the RL value function."""
     critic_hidden: tuple[int, ...] = (128, 128)
     """Hidden widths of the critics."""
+    advantage: Literal["gae", "group"] = "gae"
+    """RL advantages: ``gae`` from the value function over chunks; ``group`` from episode returns against the
+    mean of ``group_size`` envs that replay the same episode (no critic; a rollout must hold whole episodes)."""
+    group_size: int = 4
+    """Envs per group with ``--advantage group`` (they share placements: the env's ``group_size`` option)."""
     rl_gamma: float = 0.99
     """PPO discount per env step."""
     gae_lambda: float = 0.95
@@ -160,7 +168,8 @@ class VLAConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         parse_columns(self.proprio_columns)
-        for name in ("chunk", "flow_steps", "max_text_len", "ppo_epochs", "ppo_minibatches", "value_epochs"):
+        for name in ("chunk", "flow_steps", "max_text_len", "ppo_epochs", "ppo_minibatches", "value_epochs",
+                     "group_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
         if not isinstance(self.critic_warmup, int) or self.critic_warmup < 0:
@@ -363,6 +372,9 @@ class VLA:
             keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy")
             out.update(zip(keys, torch.stack(stats).mean(0)))
             out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
+        self.updates += 1
+        if c.advantage == "group":
+            return out
         state, ret = ro["obs"]["state"].float(), ro["return"]  # [S,O], [S]
         with torch.no_grad():  # on this rollout before fitting it: how well the critic predicts fresh returns
             explained = 1 - (ret - self.value(state).squeeze(-1)).var() / ret.var().clamp_min(1e-8)
@@ -373,7 +385,6 @@ class VLA:
             l_v.backward()
             self.value_opt.step()
             losses.append(l_v.detach())
-        self.updates += 1
         return {**out, "loss/value": torch.stack(losses).mean(), "stats/value_explained_var": explained}
 
     def _minibatches(self, S: int, epochs: int, device):
@@ -383,8 +394,20 @@ class VLA:
             yield from torch.randperm(S, generator=self.gen, device=device).chunk(self.config.ppo_minibatches)
 
     def advantages(self, ro: dict, last_value: torch.Tensor) -> None:
-        """GAE over chunks (discount gamma^execute_steps); adds ``advantage`` and ``return`` to ``ro`` ([T,N] -> [S])."""
+        """GAE over chunks (discount gamma^execute_steps), or group-relative episode returns; adds ``advantage``
+        (and for GAE ``return``) to ``ro`` ([T,N] -> [S])."""
         c = self.config
+        raw = ro.pop("raw_reward")  # [T,N] undiscounted reward of each chunk's steps in its episode
+        if c.advantage == "group":
+            try:
+                adv = group_relative_advantages(raw, ro.pop("ended"), c.group_size)
+            except ValueError as e:
+                raise UserInputError(f"--advantage group cannot pair the episodes of a rollout ({e}): expected "
+                                     "episodes of one fixed length that end together (no terminate_on_success)") from None
+            ro["advantage"] = adv.flatten()
+            for k in ("value", "reward"):
+                ro.pop(k)
+            return
         value = ro.pop("value")  # [T,N]
         next_value = torch.cat([value[1:], last_value[None]])  # [T,N]
         ended = ro.pop("ended")  # [T,N] bool: truncation already bootstrapped inside the reward

@@ -170,3 +170,34 @@ def discounted_returns(
 def polyak_(target: list[torch.Tensor], source: list[torch.Tensor], tau: float) -> None:
     """In place ``target <- (1 - tau) * target + tau * source`` for lists of tensors (fused lerp)."""
     torch._foreach_lerp_(target, source, tau)
+
+
+def group_relative_advantages(
+    reward: torch.Tensor,  # [T,N] undiscounted reward of each step (or chunk)
+    ended: torch.Tensor,  # [T,N] bool: the env's episode ended at this step
+    group_size: int,
+) -> torch.Tensor:
+    """Outcome advantages against the other members of a group of envs that replay the same episodes
+    (GRPO-style, Shao et al. 2024, without the per-group standard deviation).
+
+    Envs ``[g*G, (g+1)*G)`` form group ``g`` and must end their episodes at the same steps, so that their k-th
+    episodes in the window started from the same initial state. Every step of an episode gets that episode's
+    return minus the mean return of the group's k-th episodes. Raises ``ValueError`` when an episode is still
+    running at the window's end or a group's episodes end at different steps. Returns ``[T,N]``.
+    """
+    T, N = reward.shape
+    if ended.shape != reward.shape or group_size < 1 or N % group_size:
+        raise ValueError(f"group_relative_advantages expects [T,N] reward and ended with N a multiple of the group "
+                         f"size, got reward {tuple(reward.shape)}, ended {tuple(ended.shape)}, group {group_size}")
+    if not bool(ended[-1].all()):
+        raise ValueError("group_relative_advantages needs whole episodes: an episode is still running at the end of "
+                         "the window")
+    grouped = ended.view(T, N // group_size, group_size)  # [T,Gn,G]
+    if not bool((grouped == grouped[..., :1]).all()):
+        raise ValueError("group_relative_advantages needs the envs of a group to end their episodes at the same steps")
+    episode = torch.flip(torch.cumsum(torch.flip(ended.long(), [0]), 0), [0])  # [T,N] episodes ending at or after t
+    returns = torch.zeros(episode.max().item() + 1, N, dtype=reward.dtype, device=reward.device)  # [K,N]
+    returns.scatter_add_(0, episode, reward)
+    baseline = returns.view(-1, N // group_size, group_size).mean(-1, keepdim=True)  # [K,Gn,1]
+    centred = (returns.view(-1, N // group_size, group_size) - baseline).view(-1, N)  # [K,N]
+    return centred.gather(0, episode)

@@ -5,7 +5,9 @@ One step is one update for every method (``--total-steps`` counts updates; RL's 
 
 - ``bc`` / ``habc``: a batch of ``--batch-size`` demonstration frames (with their chunks, outcomes and critic
   states, ``vla.data.load_demos``) -> ``update``;
-- ``rl``: ``--rollout-chunks`` chunks in each of ``--num-envs`` envs (``ChunkCollector``) -> GAE over chunks ->
+- ``rl``: ``--rollout-chunks`` chunks in each of ``--num-envs`` envs (``ChunkCollector``) -> GAE over chunks (or,
+  with ``--advantage group``, episode returns against their group's mean: the training env then gets
+  ``group_size=G`` so each block of G envs replays the same episodes, and a rollout must hold whole episodes) ->
   ``update`` with the rollout and a demonstration batch for the SFT anchor. ``--init RUN`` starts from another VLA
   run's policy (a BC run); the demonstrations' action statistics are then the initial run's.
 
@@ -45,6 +47,24 @@ def complete_env_id(env: str, cameras: str, image_size: str) -> str:
     return ",".join([env, *extra])
 
 
+def grouped_env_id(env: str, group_size: int, num_envs: int, execute: int, rollout_chunks: int,
+                   episode_steps: int | None) -> str:
+    """The training env's id for group-relative advantages: ``group_size`` envs per block replay the same episodes,
+    and a rollout holds whole episodes. Raises ``UserInputError`` naming the setting that prevents it."""
+    if not env.startswith("manip:"):
+        raise UserInputError(f"--advantage group needs envs that replay an episode per group: expected a manip: env, "
+                             f"got {env!r}")
+    if num_envs % group_size:
+        raise UserInputError(f"--advantage group with --group-size {group_size}: expected --num-envs a multiple of it, "
+                             f"got {num_envs}")
+    if not episode_steps or episode_steps % execute or (rollout_chunks * execute) % episode_steps:
+        raise UserInputError(f"--advantage group needs rollouts of whole episodes: expected the episode length "
+                             f"({episode_steps} steps) a multiple of the {execute} steps executed per chunk and "
+                             f"--rollout-chunks x {execute} a multiple of the episode length, got --rollout-chunks "
+                             f"{rollout_chunks}")
+    return f"{env},group_size={group_size}"
+
+
 class ChunkCollector:
     """Steps ``env`` with the agent's chunks; ``collect()`` returns a rollout of ``T`` chunks per env. ``stats()``
     reports the mean return and success of the last ``RECENT`` finished episodes (the noisy training policy)."""
@@ -62,7 +82,7 @@ class ChunkCollector:
     def collect(self) -> dict:
         algo, env = self.algo, self.env
         N, E, g = env.num_envs, algo.execute, algo.config.rl_gamma
-        obs_l, stored_l, logp_l, value_l, reward_l, ended_l = [], [], [], [], [], []
+        obs_l, stored_l, logp_l, value_l, reward_l, raw_l, ended_l = [], [], [], [], [], [], []
         for _ in range(self.T):
             x, stored, logp, value = algo.sample_chunk(self.obs)  # [N,H,A], -, [N], [N]
             actions = algo.to_actions(x)  # [N,H,A]
@@ -71,12 +91,14 @@ class ChunkCollector:
             logp_l.append(logp)
             value_l.append(value)
             R = torch.zeros(N, device=value.device)  # [N]
+            raw = torch.zeros(N, device=value.device)  # [N] undiscounted, no bootstrap
             disc = torch.ones(N, device=value.device)  # [N]
             alive = torch.ones(N, dtype=torch.bool, device=value.device)  # [N]
             for h in range(E):
                 out = env.step(actions[:, h])
                 r, term, trunc = out.reward.float(), out.terminated, out.truncated
                 R += torch.where(alive, disc * r, torch.zeros_like(r))
+                raw += torch.where(alive, r, torch.zeros_like(r))
                 cut = alive & trunc & ~term  # time limit: bootstrap from the final observation's value
                 if bool(cut.any()):
                     R += torch.where(cut, disc * g * algo.state_value(_state(out.final_obs)), torch.zeros_like(r))
@@ -86,11 +108,12 @@ class ChunkCollector:
                 self.obs = out.obs
             self.env_steps += N * E
             reward_l.append(R)
+            raw_l.append(raw)
             ended_l.append(~alive)
         last_value = algo.state_value(_state(self.obs))
         ro = {"obs": {k: torch.cat([o[k] for o in obs_l]) for k in obs_l[0]}, "stored": _cat(stored_l),
               "log_prob": torch.cat(logp_l), "value": torch.stack(value_l), "reward": torch.stack(reward_l),
-              "ended": torch.stack(ended_l)}
+              "raw_reward": torch.stack(raw_l), "ended": torch.stack(ended_l)}
         algo.advantages(ro, last_value)
         return ro
 
@@ -176,7 +199,11 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
         sample = _Sampler(demos, ctx.device, gen)
         collector = None
         if cfg.method == "rl":
-            env = build_env(run, run.num_envs, run.seed)
+            env_run = run
+            if cfg.advantage == "group":
+                env_run = dataclasses.replace(run, env=grouped_env_id(
+                    run.env, cfg.group_size, run.num_envs, algo.execute, loop.rollout_chunks, spec.max_episode_steps))
+            env = build_env(env_run, run.num_envs, run.seed)
             collector = ChunkCollector(env, algo, loop.rollout_chunks, run.seed)
         static = {"stats/trainable_fraction": torch.tensor(algo.trainable_fraction()),
                   "stats/demo_frames": torch.tensor(float(demos.num_frames))}

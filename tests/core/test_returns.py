@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from ctrl_rl.core.returns import discounted_returns, gae, polyak_
@@ -158,3 +159,25 @@ def test_domo_kappa_one_is_the_trace_weighted_sum_of_td_errors_by_hand():
     adv = domo_advantage(log_rho, r, v, nv, t([9.0, 9.0]), no, no, 0.5, kappa=1.0)
     d0, d1 = 1 + 0.5 * 1 - 0, 2 + 0.5 * 4 - 1  # 1.5, 3
     assert torch.allclose(adv.flatten(), torch.tensor([d0 + 0.5 * 0.5 * d1, 0.5 * d1], dtype=torch.float64))
+
+
+def test_group_relative_advantages_by_hand():
+    from ctrl_rl.core.returns import group_relative_advantages
+
+    # envs (0, 1) end episodes at steps 1 and 3, envs (2, 3) only at step 3
+    r = torch.tensor([[1.0, 2, 0, 0], [1, 0, 3, 1], [0, 5, 0, 0], [2, 2, 1, 1]])
+    e = torch.tensor([[0, 0, 0, 0], [1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    # returns: first episodes (2, 2) -> (0, 0); second (2, 7) -> mean 4.5; (4, 2) -> mean 3
+    want = torch.tensor([[0.0, 0, 1, -1], [0, 0, 1, -1], [-2.5, 2.5, 1, -1], [-2.5, 2.5, 1, -1]])
+    assert torch.equal(group_relative_advantages(r, e, 2), want)
+    assert torch.allclose(group_relative_advantages(r, e, 1), torch.zeros(4, 4))  # a group of one has no signal
+
+
+def test_group_relative_advantages_refuse_unpaired_episodes():
+    from ctrl_rl.core.returns import group_relative_advantages
+
+    r = torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="still running"):
+        group_relative_advantages(r, torch.tensor([[1, 1], [0, 0]], dtype=torch.bool), 2)
+    with pytest.raises(ValueError, match="same steps"):
+        group_relative_advantages(r, torch.tensor([[1, 0], [1, 1]], dtype=torch.bool), 2)

@@ -354,6 +354,27 @@ def test_closing_one_camera_env_leaves_the_others_rendering():
     assert float(oc.float().mean()) > 20 and torch.equal(ob, oc)
 
 
+def test_group_size_makes_each_block_of_envs_replay_the_same_episodes():
+    env = _make("manip:Lift,language=true,randomize=true,max_episode_steps=3,group_size=2", n=4, seed=3)
+    plain = _make("manip:Lift,language=true,randomize=true,max_episode_steps=3", n=4, seed=3)
+    try:
+        obs = env.reset()["state"]
+        assert torch.equal(obs[0], obs[1]) and torch.equal(obs[2], obs[3]) and not torch.equal(obs[0], obs[2])
+        assert torch.equal(obs[0], plain.reset()["state"][0])  # block 0 draws env 0's stream
+        a = torch.zeros(4, 7)
+        a[1, 0] = 1.0  # env 1 acts differently: its episode diverges, the next one starts where env 0's does
+        for _ in range(2):
+            out = env.step(a)
+        assert not torch.equal(out.obs["state"][0], out.obs["state"][1])
+        out = env.step(a)  # the time limit: every env starts its second episode
+        assert bool(out.truncated.all())
+        assert torch.equal(out.obs["state"][0], out.obs["state"][1]) and torch.equal(out.obs["state"][2], out.obs["state"][3])
+        assert env.instructions[0] == env.instructions[1]
+    finally:
+        env.close()
+        plain.close()
+
+
 def test_workers_match_in_process():
     opts = f"manip:Lift,cameras=wrist,{SMALL},randomize=true,max_episode_steps=4"
     local = _make(opts, n=3, seed=8)
@@ -384,6 +405,7 @@ def test_workers_match_in_process():
     ("manip:Lift,reward=shaped", "reward='shaped'"),
     ("manip:Lift,action=torque", "action='torque'"),
     ("manip:Lift,workers=-1", "workers=-1"),
+    ("manip:Lift,group_size=0", "group_size=0"),
 ])  # fmt: skip
 def test_bad_options_raise_one_sentence(env_id, match):
     with pytest.raises(UserInputError, match=match) as info:

@@ -195,6 +195,36 @@ def test_habc_and_rl_from_the_cli(tmp_path, demos, capsys):
     assert 1 <= rows[-1]["stats/policy_steps"] < 2 * 2
 
 
+def test_rl_with_group_relative_advantages(tmp_path, demos, capsys):
+    from ctrl_rl.envs import make_env
+    from ctrl_rl.learn.vla import ChunkCollector
+
+    short = ENV.replace("max_episode_steps=15", "max_episode_steps=4")
+    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2)
+    env = make_env(short + ",group_size=2", 4, seed=0)
+    ro = ChunkCollector(env, algo, 2, seed=0).collect()  # 2 chunks of 2 steps: one whole episode per env
+    env.close()
+    state = ro["obs"]["state"].view(2, 4, -1)  # [T,N,O]
+    assert torch.equal(state[0, 0], state[0, 1]) and not torch.equal(state[0, 0], state[0, 2])
+    adv = ro["advantage"].view(2, 4)  # [T,N]: each env's return minus its pair's mean, on every chunk
+    assert torch.allclose(adv[:, :2].sum(1), torch.zeros(2), atol=1e-6) and bool((adv[0] == adv[1]).all())
+    assert float(adv.abs().sum()) > 0  # the Gaussian's noise made the pair's returns differ
+    info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions})
+    assert "loss/policy" in info and "loss/value" not in info  # no critic
+
+    r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
+                                                          "--num-envs", "4", "--rollout-chunks", "2", "--total-steps", "2"])
+    assert rc == 0, capsys.readouterr().err
+    rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env_steps"] == 2 * 4 * 2 * 2 and "stats/value_explained_var" not in rows[-1]
+    # a rollout that would cut an episode: one sentence, exit 2, nothing written
+    err = _error(capsys, ["train", "vla", "--env", short, "--dataset", str(demos), "--method", "rl", "--advantage",
+                          "group", "--group-size", "2", "--num-envs", "4", "--rollout-chunks", "3", "--total-steps", "1",
+                          *SMALL, "--run-dir", str(tmp_path / "cut")])
+    assert "--rollout-chunks 3" in err and "whole episodes" in err
+    assert not (tmp_path / "cut" / "checkpoints").exists()
+
+
 def test_critic_warmup_trains_only_the_value_function_then_the_policy(demos):
     from ctrl_rl.envs import make_env
     from ctrl_rl.learn.vla import ChunkCollector

@@ -49,6 +49,10 @@ class ManipConfig:
     early would forfeit the reward of the remaining steps and teach the agent to avoid success."""
     workers: int = 0
     """Worker processes to spread the envs over; 0 steps them all in this process."""
+    group_size: int = 1
+    """Envs in consecutive blocks of this size draw from one random stream, so they replay the same episodes
+    (placement, start pose, randomisation, instruction) as long as their episodes end together: the groups of
+    group-relative RL advantages. 1: every env its own stream."""
 
     @property
     def obs_parts_requested(self) -> bool:
@@ -151,4 +155,5 @@ _PARSERS = {
     "max_episode_steps": _positive_int("max_episode_steps", 1),
     "terminate_on_success": _bool("terminate_on_success"),
     "workers": _positive_int("workers", 0),
+    "group_size": _positive_int("group_size", 1),
 }

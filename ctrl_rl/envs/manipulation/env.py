@@ -37,6 +37,7 @@ from ctrl_rl.envs.manipulation.sim import LANGUAGE_LEN, PROPRIO_DIM
 from ctrl_rl.envs.manipulation.tasks import TASK_INFO
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
+from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import RobotSpec, franka_droid
 
 
@@ -61,6 +62,9 @@ class ManipEnv:
                  **options: Any) -> None:
         self.config = cfg = ManipConfig.from_options(task, **options)
         self.num_envs = int(num_envs)
+        if self.num_envs % cfg.group_size:
+            raise UserInputError(f"manip:{task} option group_size={cfg.group_size} does not divide the {self.num_envs} "
+                                 "envs: expected a number of envs that is a multiple of the group size.")
         self.device = torch.device(device)
         self.robot: RobotSpec = franka_droid()
         self.action_space_name = cfg.action  # the robot spec's action space the env's actions are (export, deploy)

@@ -22,8 +22,9 @@ command moved the end effector 0.15 of a step in z); the ramp keeps the path str
 motion per step within ~5% of the command below the joint speed limits.
 
 Seeding: env ``i`` of a group draws every episode's randomness (object placement, the instruction phrasing,
-domain randomisation) from ``np.random.default_rng([seed, i])`` (``i`` the global env index), so results do not
-depend on how envs are spread over worker processes.
+domain randomisation) from ``np.random.default_rng([seed, i // group_size])`` (``i`` the global env index), so
+results do not depend on how envs are spread over worker processes, and with ``group_size G`` each block of G envs
+replays the same episodes.
 """
 
 from __future__ import annotations
@@ -266,7 +267,7 @@ class SimGroup:
         self.limit = cfg.max_episode_steps
         self.elapsed = np.zeros(self.n, dtype=np.int64)  # [n]
         self.phrasing = np.zeros(self.n, dtype=np.int64)  # [n] index of each env's instruction
-        self.rngs = [np.random.default_rng([0, offset + i]) for i in range(self.n)]
+        self.seed(0)
         self.renderer = None
         if cfg.cameras:
             from ctrl_rl.envs.manipulation.render import CameraRenderer
@@ -274,7 +275,8 @@ class SimGroup:
             self.renderer = CameraRenderer(base, *cfg.image_size)
 
     def seed(self, seed: int) -> None:
-        self.rngs = [np.random.default_rng([int(seed), self.offset + i]) for i in range(self.n)]
+        G = self.cfg.group_size
+        self.rngs = [np.random.default_rng([int(seed), (self.offset + i) // G]) for i in range(self.n)]
 
     def _reset_one(self, i: int) -> None:
         self.sims[i].reset(self.rngs[i])
