@@ -405,8 +405,7 @@ class VLA:
                 raise UserInputError(f"--advantage group cannot pair the episodes of a rollout ({e}): expected "
                                      "episodes of one fixed length that end together (no terminate_on_success)") from None
             ro["advantage"] = adv.flatten()
-            for k in ("value", "reward"):
-                ro.pop(k)
+            del ro["value"], ro["reward"]
             return
         value = ro.pop("value")  # [T,N]
         next_value = torch.cat([value[1:], last_value[None]])  # [T,N]

@@ -47,16 +47,13 @@ def complete_env_id(env: str, cameras: str, image_size: str) -> str:
     return ",".join([env, *extra])
 
 
-def grouped_env_id(env: str, group_size: int, num_envs: int, execute: int, rollout_chunks: int,
-                   episode_steps: int | None) -> str:
-    """The training env's id for group-relative advantages: ``group_size`` envs per block replay the same episodes,
-    and a rollout holds whole episodes. Raises ``UserInputError`` naming the setting that prevents it."""
+def grouped_env_id(env: str, group_size: int, execute: int, rollout_chunks: int, episode_steps: int | None) -> str:
+    """The training env's id for group-relative advantages: ``group_size`` envs per block replay the same episodes
+    (the env refuses a number of envs the group size does not divide), and a rollout holds whole episodes. Raises
+    ``UserInputError`` naming the setting that prevents it."""
     if not env.startswith("manip:"):
         raise UserInputError(f"--advantage group needs envs that replay an episode per group: expected a manip: env, "
                              f"got {env!r}")
-    if num_envs % group_size:
-        raise UserInputError(f"--advantage group with --group-size {group_size}: expected --num-envs a multiple of it, "
-                             f"got {num_envs}")
     if not episode_steps or episode_steps % execute or (rollout_chunks * execute) % episode_steps:
         raise UserInputError(f"--advantage group needs rollouts of whole episodes: expected the episode length "
                              f"({episode_steps} steps) a multiple of the {execute} steps executed per chunk and "
@@ -202,7 +199,7 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
             env_run = run
             if cfg.advantage == "group":
                 env_run = dataclasses.replace(run, env=grouped_env_id(
-                    run.env, cfg.group_size, run.num_envs, algo.execute, loop.rollout_chunks, spec.max_episode_steps))
+                    run.env, cfg.group_size, algo.execute, loop.rollout_chunks, spec.max_episode_steps))
             env = build_env(env_run, run.num_envs, run.seed)
             collector = ChunkCollector(env, algo, loop.rollout_chunks, run.seed)
         static = {"stats/trainable_fraction": torch.tensor(algo.trainable_fraction()),
