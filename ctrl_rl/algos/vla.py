@@ -33,6 +33,9 @@ Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
   (GRPO-style, as SimpleVLA-RL uses for VLAs; not in ALGORITHMS.md) there is no critic: blocks of ``group_size``
   envs replay the same episode, and every chunk of an episode gets its return minus the block's mean return. It
   removes the variance between placements, which a critic on 64x64 pixels or a few state dims fits poorly.
+  ``sil_coef > 0`` adds self-imitation (after Oh et al. 2018's SIL, with the episode's success as the filter in
+  place of ``(R - V)+``): ``+ sil_coef * head loss`` on a batch of chunks from the policy's own successful
+  episodes in every PPO minibatch.
 """
 
 from __future__ import annotations
@@ -162,6 +165,11 @@ class VLAConfig:
     """Entropy bonus (regression head only; the others have no closed form)."""
     sft_coef: float = 0.2
     """beta of the SFT anchor on demonstrations during RL."""
+    sil_coef: float = 0.0
+    """Weight of self-imitation during RL: the head's imitation loss on chunks of the policy's own successful
+    episodes (a FIFO of ``sil_capacity`` chunks; 0: off). A fresh batch of them joins every PPO minibatch."""
+    sil_capacity: int = 10000
+    """Chunks the self-imitation buffer keeps (the oldest leave first)."""
     flow_sigma: float = 0.1
     """Noise of the flow chain's Euler steps during RL (its likelihood)."""
 
@@ -169,7 +177,7 @@ class VLAConfig:
         check_fields(self)
         parse_columns(self.proprio_columns)
         for name in ("chunk", "flow_steps", "max_text_len", "ppo_epochs", "ppo_minibatches", "value_epochs",
-                     "group_size"):
+                     "group_size", "sil_capacity"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
         if not isinstance(self.critic_warmup, int) or self.critic_warmup < 0:
@@ -177,6 +185,8 @@ class VLAConfig:
         if self.lora_rank < 0 or not 0 <= self.execute_steps <= self.chunk:
             raise UserInputError(f"invalid --lora-rank {self.lora_rank} or --execute-steps {self.execute_steps}: expected "
                                  f"a rank >= 0 and 0 <= execute steps <= --chunk {self.chunk}")
+        if not self.sil_coef >= 0:
+            raise UserInputError(f"invalid --sil-coef {self.sil_coef!r}: expected a non-negative number (0: off)")
         if not self.target_kl >= 0:
             raise UserInputError(f"invalid --target-kl {self.target_kl!r}: expected a non-negative number (0: off)")
         if self.habc_beta <= 0 or self.habc_gate_temperature <= 0 or self.flow_sigma < 0:
@@ -304,7 +314,7 @@ class VLA:
         """One update: a demonstration batch (bc, habc) or a rollout with a demonstration batch (rl)."""
         self.policy.train()
         if "rollout" in batch:
-            return self.update_rl(batch["rollout"], batch["demos"], batch["instructions"])
+            return self.update_rl(batch["rollout"], batch["demos"], batch["instructions"], batch.get("own"))
         info = {}
         w = None
         if self.config.method == "habc":
@@ -338,9 +348,11 @@ class VLA:
         """Normalised chunk -> env actions ``[N,H,A]`` (clipped to the env's [-1, 1])."""
         return self.policy.normalizer.unnormalize(x).clamp(-1, 1)
 
-    def update_rl(self, ro: dict, demos: dict, instructions: list[str]) -> dict[str, torch.Tensor]:
-        """PPO epochs over the rollout ``ro`` (rows S = T*N) with the SFT anchor on ``demos``, then the value
-        function's epochs; during the first ``critic_warmup`` updates only the value function trains."""
+    def update_rl(self, ro: dict, demos: dict, instructions: list[str], own=None) -> dict[str, torch.Tensor]:
+        """PPO epochs over the rollout ``ro`` (rows S = T*N) with the SFT anchor on ``demos`` (and with
+        ``sil_coef > 0`` self-imitation on ``own(n)``, a batch of the policy's successful chunks or None while
+        there are none), then the value function's epochs; during the first ``critic_warmup`` updates only the
+        value function trains."""
         c = self.config
         adv = ro["advantage"]
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)  # [S]
@@ -357,6 +369,11 @@ class VLA:
                 l_pg = -torch.min(ratio * a, ratio.clamp(1 - c.clip_ratio, 1 + c.clip_ratio) * a).mean()
                 l_sft = self.policy.loss(self.prefix_from_batch(demos, instructions), demos["chunk"], None, self.gen)
                 loss = l_pg + c.sft_coef * l_sft
+                l_sil = torch.zeros((), device=adv.device)
+                mine = own(demos["chunk"].shape[0]) if own is not None and c.sil_coef > 0 else None
+                if mine is not None:
+                    l_sil = self.policy.loss(self.prefix_from_obs(mine["obs"]), mine["chunk"], None, self.gen)
+                    loss = loss + c.sil_coef * l_sil
                 ent = torch.zeros((), device=adv.device)
                 if c.ent_coef > 0 and c.head == "regression":
                     ent = self.policy.head.entropy()
@@ -366,10 +383,12 @@ class VLA:
                     clip = ((ratio - 1).abs() > c.clip_ratio).float().mean()
                 stop = c.target_kl > 0 and float(kl) > 1.5 * c.target_kl  # then this minibatch's step is not taken
                 norm = torch.zeros((), device=adv.device) if stop else self._step(loss)
-                stats.append(torch.stack([l_pg.detach(), l_sft.detach(), kl, clip, norm.detach(), ent.detach()]))
+                stats.append(torch.stack([l_pg.detach(), l_sft.detach(), kl, clip, norm.detach(), ent.detach(),
+                                          l_sil.detach()]))
                 if stop:
                     break
-            keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy")
+            keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy",
+                    "loss/self_imitation")
             out.update(zip(keys, torch.stack(stats).mean(0)))
             out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
         self.updates += 1

@@ -201,3 +201,20 @@ def group_relative_advantages(
     baseline = returns.view(-1, N // group_size, group_size).mean(-1, keepdim=True)  # [K,Gn,1]
     centred = (returns.view(-1, N // group_size, group_size) - baseline).view(-1, N)  # [K,N]
     return centred.gather(0, episode)
+
+
+def successful_episode_steps(
+    ended: torch.Tensor,  # [T,N] bool: the env's episode ended at this step
+    success: torch.Tensor,  # [T,N] bool: ... and succeeded (read where ended)
+    fresh: torch.Tensor,  # [N] bool: the env's episode began at the window's first step
+) -> torch.Tensor:
+    """``[T,N]`` bool: the steps of episodes that lie wholly inside the window and succeeded (for self-imitation
+    of a policy's own successes). An episode still running at the window's end, or begun before it, is left out."""
+    T = ended.shape[0]
+    keep = torch.zeros_like(ended)
+    outcome = torch.zeros_like(fresh)  # [N] outcome of the episode running at step t (False: not ended in window)
+    for t in range(T - 1, -1, -1):
+        outcome = torch.where(ended[t], success[t], outcome)
+        keep[t] = outcome
+    before = torch.cumsum(ended.long(), 0) - ended.long()  # [T,N] episodes ended before step t
+    return keep & ((before > 0) | fresh[None])

@@ -9,14 +9,17 @@ One step is one update for every method (``--total-steps`` counts updates; RL's 
   with ``--advantage group``, episode returns against their group's mean: the training env then gets
   ``group_size=G`` so each block of G envs replays the same episodes, and a rollout must hold whole episodes) ->
   ``update`` with the rollout and a demonstration batch for the SFT anchor. ``--init RUN`` starts from another VLA
-  run's policy (a BC run); the demonstrations' action statistics are then the initial run's.
+  run's policy (a BC run); the demonstrations' action statistics are then the initial run's. With
+  ``--sil-coef`` the chunks of the noisy policy's own successful episodes (whole episodes inside one rollout) go
+  to a ``SuccessBuffer``, and a batch of them joins every PPO minibatch (self-imitation).
 
 A ``manip:`` env id without ``cameras=``, ``image_size=`` or ``language=`` gets the loop's ``--cameras``,
 ``--image-size`` and ``language=true`` (the resolved id is saved, so evaluation and export see the same
 observation). Inside a chunk an episode may end: the rest of that chunk's actions then step the env's next
 episode (the batched env resets itself) and their rewards are not counted; the next chunk starts from whatever
 observation that left. Truncation is bootstrapped from the final observation's value inside the chunk reward.
-The env state is not checkpointed: an RL run resumes its weights, optimizer and counters, and resets its envs.
+The env state is not checkpointed: an RL run resumes its weights, optimizer and counters, and resets its envs
+(and empties its self-imitation buffer).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.core.returns import successful_episode_steps
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.evaluate import find_checkpoint
@@ -71,6 +75,7 @@ class ChunkCollector:
     def __init__(self, env, algo, chunks: int, seed: int):
         self.env, self.algo, self.T = env, algo, chunks
         self.obs = env.reset(seed=seed)
+        self.fresh = torch.ones(env.num_envs, dtype=torch.bool, device=_state(self.obs).device)  # [N] episode begins
         self.env_steps = 0
         self.returns: deque[float] = deque(maxlen=self.RECENT)
         self.successes: deque[float] = deque(maxlen=self.RECENT)
@@ -79,11 +84,12 @@ class ChunkCollector:
     def collect(self) -> dict:
         algo, env = self.algo, self.env
         N, E, g = env.num_envs, algo.execute, algo.config.rl_gamma
-        obs_l, stored_l, logp_l, value_l, reward_l, raw_l, ended_l = [], [], [], [], [], [], []
+        obs_l, stored_l, logp_l, value_l, reward_l, raw_l, ended_l, won_l, act_l = [], [], [], [], [], [], [], [], []
         for _ in range(self.T):
             x, stored, logp, value = algo.sample_chunk(self.obs)  # [N,H,A], -, [N], [N]
             actions = algo.to_actions(x)  # [N,H,A]
             obs_l.append(self.obs)
+            act_l.append(actions)
             stored_l.append(stored)
             logp_l.append(logp)
             value_l.append(value)
@@ -91,6 +97,7 @@ class ChunkCollector:
             raw = torch.zeros(N, device=value.device)  # [N] undiscounted, no bootstrap
             disc = torch.ones(N, device=value.device)  # [N]
             alive = torch.ones(N, dtype=torch.bool, device=value.device)  # [N]
+            won = torch.zeros(N, dtype=torch.bool, device=value.device)  # [N] the episode ended here successfully
             for h in range(E):
                 out = env.step(actions[:, h])
                 r, term, trunc = out.reward.float(), out.terminated, out.truncated
@@ -100,6 +107,8 @@ class ChunkCollector:
                 if bool(cut.any()):
                     R += torch.where(cut, disc * g * algo.state_value(_state(out.final_obs)), torch.zeros_like(r))
                 disc = disc * g
+                if "episode_success" in out.info:
+                    won |= alive & out.info["episode_success"].to(won.device)
                 alive = alive & ~(term | trunc)
                 self._episodes(out)
                 self.obs = out.obs
@@ -107,10 +116,13 @@ class ChunkCollector:
             reward_l.append(R)
             raw_l.append(raw)
             ended_l.append(~alive)
+            won_l.append(won)
         last_value = algo.state_value(_state(self.obs))
         ro = {"obs": {k: torch.cat([o[k] for o in obs_l]) for k in obs_l[0]}, "stored": _cat(stored_l),
               "log_prob": torch.cat(logp_l), "value": torch.stack(value_l), "reward": torch.stack(reward_l),
-              "raw_reward": torch.stack(raw_l), "ended": torch.stack(ended_l)}
+              "raw_reward": torch.stack(raw_l), "ended": torch.stack(ended_l), "actions": torch.cat(act_l),
+              "succeeded": successful_episode_steps(torch.stack(ended_l), torch.stack(won_l), self.fresh).flatten()}
+        self.fresh = ro["ended"][-1].clone()
         algo.advantages(ro, last_value)
         return ro
 
@@ -139,6 +151,39 @@ def _state(obs) -> torch.Tensor:
 
 def _cat(items: list):
     return torch.cat(items) if isinstance(items[0], torch.Tensor) else None
+
+
+class SuccessBuffer:
+    """The chunks of the policy's own successful episodes (observation and executed env-unit chunk), a FIFO of
+    ``capacity`` rows for self-imitation; ``sample(n)`` draws a batch with the agent's generator (None while empty)."""
+
+    def __init__(self, capacity: int, gen: torch.Generator):
+        self.capacity, self.gen = capacity, gen
+        self.obs: dict[str, torch.Tensor] | None = None
+        self.chunk: torch.Tensor | None = None  # [R,H,A]
+        self.added = 0
+
+    def __len__(self) -> int:
+        return 0 if self.chunk is None else self.chunk.shape[0]
+
+    def add(self, ro: dict) -> None:
+        keep = ro["succeeded"]  # [S]
+        if not bool(keep.any()):
+            return
+        obs = {k: v[keep] for k, v in ro["obs"].items()}
+        chunk = ro["actions"][keep]
+        self.added += int(keep.sum())
+        if self.chunk is not None:
+            obs = {k: torch.cat([self.obs[k], v]) for k, v in obs.items()}
+            chunk = torch.cat([self.chunk, chunk])
+        self.obs = {k: v[-self.capacity:] for k, v in obs.items()}
+        self.chunk = chunk[-self.capacity:]
+
+    def sample(self, n: int) -> dict | None:
+        if self.chunk is None:
+            return None
+        rows = torch.randint(0, len(self), (n,), generator=self.gen, device=self.gen.device).to(self.chunk.device)
+        return {"obs": {k: v[rows] for k, v in self.obs.items()}, "chunk": self.chunk[rows]}
 
 
 class _Sampler:
@@ -194,7 +239,7 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
         else:
             algo.set_statistics(demos.proprio, demos.action)
         sample = _Sampler(demos, ctx.device, gen)
-        collector = None
+        collector = own = None
         if cfg.method == "rl":
             env_run = run
             if cfg.advantage == "group":
@@ -202,6 +247,7 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
                     run.env, cfg.group_size, algo.execute, loop.rollout_chunks, spec.max_episode_steps))
             env = build_env(env_run, run.num_envs, run.seed)
             collector = ChunkCollector(env, algo, loop.rollout_chunks, run.seed)
+            own = SuccessBuffer(cfg.sil_capacity, gen) if cfg.sil_coef > 0 else None
         static = {"stats/trainable_fraction": torch.tensor(algo.trainable_fraction()),
                   "stats/demo_frames": torch.tensor(float(demos.num_frames))}
         ctx.start(run.total_steps, step, f"{algo_name} {cfg.method} {Path(run.dataset).name}", unit="upd")
@@ -211,7 +257,12 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
                 return {**algo.update(sample(loop.batch_size)), **static}
             ro = collector.collect()
             demo = sample(loop.batch_size)
-            info = algo.update({"rollout": ro, "demos": demo, "instructions": demos.instructions})
+            batch = {"rollout": ro, "demos": demo, "instructions": demos.instructions}
+            if own is not None:
+                own.add(ro)
+                batch["own"] = own.sample
+                static["stats/self_imitation_chunks"] = torch.tensor(float(own.added))
+            info = algo.update(batch)
             return {**info, **static, **{k: torch.tensor(float(v)) for k, v in collector.stats().items()}}
 
         try:

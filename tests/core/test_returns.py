@@ -181,3 +181,17 @@ def test_group_relative_advantages_refuse_unpaired_episodes():
         group_relative_advantages(r, torch.tensor([[1, 1], [0, 0]], dtype=torch.bool), 2)
     with pytest.raises(ValueError, match="same steps"):
         group_relative_advantages(r, torch.tensor([[1, 0], [1, 1]], dtype=torch.bool), 2)
+
+
+def test_successful_episode_steps_by_hand():
+    from ctrl_rl.core.returns import successful_episode_steps
+
+    # env 0: episode ends at step 1 (success), next one runs past the window; env 1: ends at step 2 (success)
+    # and at step 3 (failure); env 2: ends at step 3 (success) but began before the window
+    e = torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 1, 1]], dtype=torch.bool)
+    s = torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=torch.bool)
+    want = torch.tensor([[1, 1, 0], [1, 1, 0], [0, 1, 0], [0, 0, 0]], dtype=torch.bool)
+    assert torch.equal(successful_episode_steps(e, s, torch.tensor([True, True, False])), want)
+    # a window of one step: only an episode that began and succeeded in it
+    one = successful_episode_steps(e[1:2], s[1:2], torch.tensor([True, False, True]))
+    assert one.tolist() == [[True, False, False]]

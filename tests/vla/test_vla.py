@@ -225,6 +225,54 @@ def test_rl_with_group_relative_advantages(tmp_path, demos, capsys):
     assert not (tmp_path / "cut" / "checkpoints").exists()
 
 
+class _FirstEnvSucceeds:
+    """A batched env whose env 0 reports every finished episode as successful (the tiny policy never succeeds)."""
+
+    def __init__(self, env):
+        self.env, self.num_envs = env, env.num_envs
+
+    def reset(self, seed=None):
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        out = self.env.step(action)
+        ok = torch.zeros_like(out.terminated)
+        ok[0] = out.terminated[0] | out.truncated[0]
+        out.info["episode_success"] = ok
+        return out
+
+    def close(self):
+        self.env.close()
+
+
+def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_them(tmp_path, demos, capsys):
+    from ctrl_rl.envs import make_env
+    from ctrl_rl.learn.vla import ChunkCollector, SuccessBuffer
+
+    short = ENV.replace("max_episode_steps=15", "max_episode_steps=4")
+    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2, sil_coef=1.0)
+    env = _FirstEnvSucceeds(make_env(short + ",group_size=2", 4, seed=0))
+    collector = ChunkCollector(env, algo, 2, seed=0)
+    ro = collector.collect()  # 2 chunks of 2 steps: one whole episode per env; env 0's succeeded
+    assert ro["succeeded"].view(2, 4).tolist() == [[True, False, False, False]] * 2
+    buf = SuccessBuffer(3, algo.gen)
+    assert buf.sample(2) is None
+    buf.add(ro)
+    assert len(buf) == 2 and torch.equal(buf.chunk, ro["actions"].view(2, 4, 2, -1)[:, 0])
+    buf.add(collector.collect())  # two more rows; the FIFO keeps the newest 3
+    env.close()
+    assert len(buf) == 3 and buf.added == 4
+    info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions, "own": buf.sample})
+    assert float(info["loss/self_imitation"]) > 0
+
+    r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
+                                                          "--num-envs", "4", "--rollout-chunks", "2", "--total-steps", "2",
+                                                          "--sil-coef", "0.5"])
+    assert rc == 0, capsys.readouterr().err
+    row = json.loads((r / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "loss/self_imitation" in row and "stats/self_imitation_chunks" in row
+
+
 def test_critic_warmup_trains_only_the_value_function_then_the_policy(demos):
     from ctrl_rl.envs import make_env
     from ctrl_rl.learn.vla import ChunkCollector
@@ -285,7 +333,10 @@ def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
     err = _error(capsys, ["train", "vla", "--env", ENV, "--dataset", str(tmp_path / "nope"), "--total-steps", "1",
                           *SMALL, "--run-dir", str(tmp_path / "f")])
     assert "nope" in err
-    for name in "abcdef":
+    # a negative self-imitation weight
+    err = _error(capsys, [*base, "--env", ENV, "--method", "rl", "--sil-coef", "-1", "--run-dir", str(tmp_path / "g")])
+    assert "--sil-coef -1" in err
+    for name in "abcdefg":
         assert not (tmp_path / name / "checkpoints").exists()
     shutil.rmtree(empty)
 
