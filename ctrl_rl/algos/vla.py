@@ -35,7 +35,7 @@ Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
   removes the variance between placements, which a critic on 64x64 pixels or a few state dims fits poorly.
   ``sil_coef > 0`` adds self-imitation (after Oh et al. 2018's SIL, with the episode's success as the filter in
   place of ``(R - V)+``): ``+ sil_coef * head loss`` on a batch of chunks from the policy's own successful
-  episodes in every PPO minibatch.
+  episodes in every PPO minibatch, and ``sil_steps`` imitation-only steps per update after the passes.
 """
 
 from __future__ import annotations
@@ -168,6 +168,9 @@ class VLAConfig:
     sil_coef: float = 0.0
     """Weight of self-imitation during RL: the head's imitation loss on chunks of the policy's own successful
     episodes (a FIFO of ``sil_capacity`` chunks; 0: off). A fresh batch of them joins every PPO minibatch."""
+    sil_steps: int = 0
+    """Imitation-only steps per update after the PPO passes (Oh et al.'s M SIL updates per iteration): each on a
+    fresh batch of own successes (weight ``sil_coef``) and of demonstrations (weight ``sft_coef``); no KL stop."""
     sil_capacity: int = 10000
     """Chunks the self-imitation buffer keeps (the oldest leave first)."""
     flow_sigma: float = 0.1
@@ -180,8 +183,10 @@ class VLAConfig:
                      "group_size", "sil_capacity"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
-        if not isinstance(self.critic_warmup, int) or self.critic_warmup < 0:
-            raise UserInputError(f"invalid --critic-warmup {self.critic_warmup!r}: expected a non-negative integer")
+        for name in ("critic_warmup", "sil_steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a "
+                                     "non-negative integer")
         if self.lora_rank < 0 or not 0 <= self.execute_steps <= self.chunk:
             raise UserInputError(f"invalid --lora-rank {self.lora_rank} or --execute-steps {self.execute_steps}: expected "
                                  f"a rank >= 0 and 0 <= execute steps <= --chunk {self.chunk}")
@@ -314,7 +319,8 @@ class VLA:
         """One update: a demonstration batch (bc, habc) or a rollout with a demonstration batch (rl)."""
         self.policy.train()
         if "rollout" in batch:
-            return self.update_rl(batch["rollout"], batch["demos"], batch["instructions"], batch.get("own"))
+            return self.update_rl(batch["rollout"], batch["demos"], batch["instructions"], batch.get("own"),
+                                  batch.get("sample_demos"))
         info = {}
         w = None
         if self.config.method == "habc":
@@ -348,11 +354,13 @@ class VLA:
         """Normalised chunk -> env actions ``[N,H,A]`` (clipped to the env's [-1, 1])."""
         return self.policy.normalizer.unnormalize(x).clamp(-1, 1)
 
-    def update_rl(self, ro: dict, demos: dict, instructions: list[str], own=None) -> dict[str, torch.Tensor]:
+    def update_rl(self, ro: dict, demos: dict, instructions: list[str], own=None, sample_demos=None
+                  ) -> dict[str, torch.Tensor]:
         """PPO epochs over the rollout ``ro`` (rows S = T*N) with the SFT anchor on ``demos`` (and with
         ``sil_coef > 0`` self-imitation on ``own(n)``, a batch of the policy's successful chunks or None while
-        there are none), then the value function's epochs; during the first ``critic_warmup`` updates only the
-        value function trains."""
+        there are none), then ``sil_steps`` imitation-only steps (fresh demonstrations from ``sample_demos(n)``
+        when given), then the value function's epochs; during the first ``critic_warmup`` updates only the value
+        function trains."""
         c = self.config
         adv = ro["advantage"]
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)  # [S]
@@ -369,11 +377,8 @@ class VLA:
                 l_pg = -torch.min(ratio * a, ratio.clamp(1 - c.clip_ratio, 1 + c.clip_ratio) * a).mean()
                 l_sft = self.policy.loss(self.prefix_from_batch(demos, instructions), demos["chunk"], None, self.gen)
                 loss = l_pg + c.sft_coef * l_sft
-                l_sil = torch.zeros((), device=adv.device)
-                mine = own(demos["chunk"].shape[0]) if own is not None and c.sil_coef > 0 else None
-                if mine is not None:
-                    l_sil = self.policy.loss(self.prefix_from_obs(mine["obs"]), mine["chunk"], None, self.gen)
-                    loss = loss + c.sil_coef * l_sil
+                l_sil = self._own_loss(own, demos["chunk"].shape[0], adv.device)
+                loss = loss + c.sil_coef * l_sil
                 ent = torch.zeros((), device=adv.device)
                 if c.ent_coef > 0 and c.head == "regression":
                     ent = self.policy.head.entropy()
@@ -391,6 +396,15 @@ class VLA:
                     "loss/self_imitation")
             out.update(zip(keys, torch.stack(stats).mean(0)))
             out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
+            losses = []
+            for _ in range(c.sil_steps if own is not None and c.sil_coef > 0 else 0):
+                d = demos if sample_demos is None else sample_demos(demos["chunk"].shape[0])
+                l_own = self._own_loss(own, d["chunk"].shape[0], adv.device)
+                l_sft = self.policy.loss(self.prefix_from_batch(d, instructions), d["chunk"], None, self.gen)
+                self._step(c.sil_coef * l_own + c.sft_coef * l_sft)
+                losses.append(l_own.detach())
+            if losses:
+                out["loss/self_imitation_steps"] = torch.stack(losses).mean()
         self.updates += 1
         if c.advantage == "group":
             return out
@@ -405,6 +419,13 @@ class VLA:
             self.value_opt.step()
             losses.append(l_v.detach())
         return {**out, "loss/value": torch.stack(losses).mean(), "stats/value_explained_var": explained}
+
+    def _own_loss(self, own, n: int, device) -> torch.Tensor:
+        """The head's imitation loss on ``own(n)``, a batch of the policy's successful chunks (0 while none)."""
+        mine = own(n) if own is not None and self.config.sil_coef > 0 else None
+        if mine is None:
+            return torch.zeros((), device=device)
+        return self.policy.loss(self.prefix_from_obs(mine["obs"]), mine["chunk"], None, self.gen)
 
     def _minibatches(self, S: int, epochs: int, device):
         """Row indices of ``ppo_minibatches`` minibatches per epoch, a fresh permutation of ``S`` rows each epoch

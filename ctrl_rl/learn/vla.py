@@ -260,7 +260,7 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
             batch = {"rollout": ro, "demos": demo, "instructions": demos.instructions}
             if own is not None:
                 own.add(ro)
-                batch["own"] = own.sample
+                batch["own"], batch["sample_demos"] = own.sample, sample
                 static["stats/self_imitation_chunks"] = torch.tensor(float(own.added))
             info = algo.update(batch)
             return {**info, **static, **{k: torch.tensor(float(v)) for k, v in collector.stats().items()}}

@@ -250,7 +250,8 @@ def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_th
     from ctrl_rl.learn.vla import ChunkCollector, SuccessBuffer
 
     short = ENV.replace("max_episode_steps=15", "max_episode_steps=4")
-    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2, sil_coef=1.0)
+    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2, sil_coef=1.0,
+                        sil_steps=2)
     env = _FirstEnvSucceeds(make_env(short + ",group_size=2", 4, seed=0))
     collector = ChunkCollector(env, algo, 2, seed=0)
     ro = collector.collect()  # 2 chunks of 2 steps: one whole episode per env; env 0's succeeded
@@ -263,11 +264,11 @@ def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_th
     env.close()
     assert len(buf) == 3 and buf.added == 4
     info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions, "own": buf.sample})
-    assert float(info["loss/self_imitation"]) > 0
+    assert float(info["loss/self_imitation"]) > 0 and float(info["loss/self_imitation_steps"]) > 0
 
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
                                                           "--num-envs", "4", "--rollout-chunks", "2", "--total-steps", "2",
-                                                          "--sil-coef", "0.5"])
+                                                          "--sil-coef", "0.5", "--sil-steps", "1"])
     assert rc == 0, capsys.readouterr().err
     row = json.loads((r / "metrics.jsonl").read_text().splitlines()[-1])
     assert "loss/self_imitation" in row and "stats/self_imitation_chunks" in row
