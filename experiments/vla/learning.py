@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "vla_learning")
     ap.add_argument("--name", default="", help="suffix of the result files (settings of one part side by side)")
     a = ap.parse_args(argv)
+    commit = git_commit()  # the code the runs start from (a commit made while they train is not theirs)
     env = f"manip:{a.task}"
     common = ["--env", env, "--dataset", a.dataset, "--backbone", a.backbone, "--head", a.head, "--chunk",
               str(a.chunk), "--image-size", a.image_size, "--lora-rank", str(a.lora_rank), "--threads", "1",
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     with ThreadPoolExecutor(a.jobs) as pool:
         rows = dict(pool.map(job, items))
     cmd = "python experiments/vla/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = [f"# VLA {a.part} on manip:{a.task}", "", f"`{cmd}` (commit {git_commit()})", "",
+    lines = [f"# VLA {a.part} on manip:{a.task}", "", f"`{cmd}` (commit {commit})", "",
              f"Backbone {a.backbone} (random init; lora rank {a.lora_rank}), head {a.head}, chunk {a.chunk}, images "
              f"{a.image_size}, one exterior camera + instruction + proprio. Success: `ctrl-rl eval RUN --episodes "
              f"{a.episodes}` (deterministic).", "",
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     name = f"vla_learning_{tag}{'_' + a.name if a.name else ''}"
     if a.part == "rl":
         _plot_rl(a, tag, name, rows)
-    write_result(name, {"command": cmd, "commit": git_commit(), "rows": rows, "args": {
+    write_result(name, {"command": cmd, "commit": commit, "rows": rows, "args": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}}, "\n".join(lines) + "\n")
 
 
