@@ -258,12 +258,13 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
             ro = collector.collect()
             demo = sample(loop.batch_size)
             batch = {"rollout": ro, "demos": demo, "instructions": demos.instructions}
+            counts = collector.stats()
             if own is not None:
                 own.add(ro)
                 batch["own"], batch["sample_demos"] = own.sample, sample
-                static["stats/self_imitation_chunks"] = torch.tensor(float(own.added))
+                counts["stats/self_imitation_chunks"] = own.added
             info = algo.update(batch)
-            return {**info, **static, **{k: torch.tensor(float(v)) for k, v in collector.stats().items()}}
+            return {**info, **static, **{k: torch.tensor(float(v)) for k, v in counts.items()}}
 
         try:
             return run_updates(ctx, algo, update, step, last_return, {}, max_iterations)
