@@ -362,6 +362,7 @@ class VLA:
         when given), then the value function's epochs; during the first ``critic_warmup`` updates only the value
         function trains."""
         c = self.config
+        own = own if c.sil_coef > 0 else None
         adv = ro["advantage"]
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)  # [S]
         S = adv.shape[0]
@@ -397,7 +398,7 @@ class VLA:
             out.update(zip(keys, torch.stack(stats).mean(0)))
             out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
             losses = []
-            for _ in range(c.sil_steps if own is not None and c.sil_coef > 0 else 0):
+            for _ in range(c.sil_steps if own is not None else 0):
                 d = demos if sample_demos is None else sample_demos(demos["chunk"].shape[0])
                 l_own = self._own_loss(own, d["chunk"].shape[0], adv.device)
                 l_sft = self.policy.loss(self.prefix_from_batch(d, instructions), d["chunk"], None, self.gen)
@@ -422,7 +423,7 @@ class VLA:
 
     def _own_loss(self, own, n: int, device) -> torch.Tensor:
         """The head's imitation loss on ``own(n)``, a batch of the policy's successful chunks (0 while none)."""
-        mine = own(n) if own is not None and self.config.sil_coef > 0 else None
+        mine = None if own is None else own(n)
         if mine is None:
             return torch.zeros((), device=device)
         return self.policy.loss(self.prefix_from_obs(mine["obs"]), mine["chunk"], None, self.gen)
