@@ -85,6 +85,7 @@ Shape letters: B batch, T tokens per image, L sequence, D hidden, V vocabulary, 
 from __future__ import annotations
 
 import glob
+import inspect
 import json
 import os
 import re
@@ -303,14 +304,12 @@ class Backbone(nn.Module):
             f"got {tuple(attention_mask.shape)}"
         )
         use_cache = use_cache or past_key_values is not None
-        out = self._part("text")(
-            inputs_embeds=embeds,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            return_dict=True,
-        )
-        return out.last_hidden_state, (out.past_key_values if use_cache else None)
+        text = self._part("text")
+        # transformers 5.24 renamed the language models' ``past_key_values`` (argument and output) to ``cache``
+        key = "cache" if "cache" in inspect.signature(text.forward).parameters else "past_key_values"
+        out = text(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=use_cache, return_dict=True,
+                   **{key: past_key_values})
+        return out.last_hidden_state, (out[key] if use_cache else None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden states [B,L,D] -> logits [B,L,V] (the LM head; Gemma-2 style softcapping when configured)."""
