@@ -150,7 +150,8 @@ class VLAConfig:
     clip_ratio: float = 0.2
     """PPO ratio clip."""
     ppo_epochs: int = 2
-    """Passes over a rollout per update."""
+    """Passes over a rollout per update (0: no policy-gradient passes; with ``sil_steps`` the policy then learns
+    only by imitating its own successes beside the demonstrations, a success-filtered BC)."""
     ppo_minibatches: int = 2
     """Minibatches per pass."""
     target_kl: float = 0.0
@@ -179,11 +180,11 @@ class VLAConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         parse_columns(self.proprio_columns)
-        for name in ("chunk", "flow_steps", "max_text_len", "ppo_epochs", "ppo_minibatches", "value_epochs",
-                     "group_size", "sil_capacity"):
+        for name in ("chunk", "flow_steps", "max_text_len", "ppo_minibatches", "value_epochs", "group_size",
+                     "sil_capacity"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
-        for name in ("critic_warmup", "sil_steps"):
+        for name in ("critic_warmup", "sil_steps", "ppo_epochs"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a "
                                      "non-negative integer")
@@ -192,6 +193,10 @@ class VLAConfig:
                                  f"a rank >= 0 and 0 <= execute steps <= --chunk {self.chunk}")
         if not self.sil_coef >= 0:
             raise UserInputError(f"invalid --sil-coef {self.sil_coef!r}: expected a non-negative number (0: off)")
+        if self.method == "rl" and self.ppo_epochs == 0 and not (self.sil_coef > 0 and self.sil_steps > 0):
+            raise UserInputError(f"invalid --ppo-epochs 0 with --sil-coef {self.sil_coef} and --sil-steps "
+                                 f"{self.sil_steps}: expected both positive, since without policy-gradient passes "
+                                 "only the self-imitation steps train the policy")
         if not self.target_kl >= 0:
             raise UserInputError(f"invalid --target-kl {self.target_kl!r}: expected a non-negative number (0: off)")
         if self.habc_beta <= 0 or self.habc_gate_temperature <= 0 or self.flow_sigma < 0:
@@ -395,7 +400,8 @@ class VLA:
                     break
             keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy",
                     "loss/self_imitation")
-            out.update(zip(keys, torch.stack(stats).mean(0)))
+            if stats:  # none with ppo_epochs 0
+                out.update(zip(keys, torch.stack(stats).mean(0)))
             out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
             losses = []
             for _ in range(c.sil_steps if own is not None else 0):

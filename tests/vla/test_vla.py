@@ -266,6 +266,16 @@ def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_th
     info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions, "own": buf.sample})
     assert float(info["loss/self_imitation"]) > 0 and float(info["loss/self_imitation_steps"]) > 0
 
+    # --ppo-epochs 0: no policy-gradient pass, only the self-imitation steps move the policy
+    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2, sil_coef=1.0,
+                        sil_steps=1, ppo_epochs=0)
+    before = {k: v.clone() for k, v in algo.policy.state_dict().items()}
+    info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions, "own": buf.sample})
+    assert "loss/policy" not in info and float(info["stats/policy_steps"]) == 0
+    assert float(info["loss/self_imitation_steps"]) > 0
+    assert any(not torch.equal(v, algo.policy.state_dict()[k]) for k, v in before.items())
+    assert torch.equal(before["head.log_std"], algo.policy.state_dict()["head.log_std"])  # only a PG pass moves it
+
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
                                                           "--num-envs", "4", "--rollout-chunks", "2", "--total-steps", "2",
                                                           "--sil-coef", "0.5", "--sil-steps", "1"])
@@ -337,7 +347,10 @@ def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
     # a negative self-imitation weight
     err = _error(capsys, [*base, "--env", ENV, "--method", "rl", "--sil-coef", "-1", "--run-dir", str(tmp_path / "g")])
     assert "--sil-coef -1" in err
-    for name in "abcdefg":
+    # no policy-gradient passes and no self-imitation steps: nothing would train the policy
+    err = _error(capsys, [*base, "--env", ENV, "--method", "rl", "--ppo-epochs", "0", "--run-dir", str(tmp_path / "h")])
+    assert "--ppo-epochs 0" in err and "--sil-steps 0" in err
+    for name in "abcdefgh":
         assert not (tmp_path / name / "checkpoints").exists()
     shutil.rmtree(empty)
 
