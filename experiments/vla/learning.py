@@ -7,8 +7,10 @@ per seed, scored by `ctrl-rl eval RUN --episodes N` (deterministic chunks, succe
     # HABC against BC on data that mixes successes and failures (--mis-grasp 0.5: half the episodes never close
     #   the gripper)
     python experiments/vla/learning.py habc --task Lift --dataset data/vla/lift-mixed --seeds 0 1 --steps 3000
-    # RL fine-tuning from the BC runs of the first command
-    python experiments/vla/learning.py rl --task Lift --dataset data/vla/lift200 --init-tag bc --seeds 0 1 --steps 40
+    # RL fine-tuning from the BC runs of the first command, beside BC continued from them for 1,280 updates (the
+    #   control: does RL beat more imitation?), each scored over evaluation seeds 1 and 2
+    python experiments/vla/learning.py rl --task Lift --dataset data/vla/lift200 --init-tag bc --seeds 0 1 --steps 40 \
+        --control-steps 1280 --eval-seeds 1 2
 
 Arms share the backbone (``--backbone``), head, chunk and image size; ``--extra`` adds flags to every arm.
 """
@@ -51,7 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning (the random tiny backbones)")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    ap.add_argument("--episodes", type=int, default=20, help="evaluation episodes")
+    ap.add_argument("--episodes", type=int, default=20, help="evaluation episodes per evaluation seed")
+    ap.add_argument("--eval-seeds", nargs="+", type=int, default=[1],
+                    help="evaluation seeds (`ctrl-rl eval --seed`); success pools their episodes")
+    ap.add_argument("--control-steps", type=int, default=0,
+                    help="rl: also continue BC from the same runs for this many updates (arm bc-cont, same --extra)")
     ap.add_argument("--init-tag", default="bc", help="rl: the tag of the runs it starts from")
     ap.add_argument("--init-runs-dir", type=Path, default=None, help="rl: where those runs are (default --runs-dir)")
     ap.add_argument("--num-envs", type=int, default=4)
@@ -74,42 +80,62 @@ def main(argv: list[str] | None = None) -> None:
     else:
         arms = {"rl": ["--method", "rl", "--total-steps", str(a.steps), "--num-envs", str(a.num_envs),
                        "--rollout-chunks", str(a.rollout_chunks)]}
+        if a.control_steps > 0:
+            arms["bc-cont"] = ["--method", "bc", "--total-steps", str(a.control_steps)]
     tag = f"{a.task}_{a.part}_{a.head}_{Path(a.dataset).name}"
+
+    def evaluate(run: Path) -> dict:
+        """Deterministic success over every evaluation seed (equal episodes each, so the mean pools them)."""
+        evs = [json.loads(_run(["eval", str(run), "--episodes", str(a.episodes), "--seed", str(s)])
+                          .strip().splitlines()[-1]) for s in a.eval_seeds]
+        succ = [e.get("success_rate") for e in evs]
+        return {"success_rate": None if None in succ else statistics.mean(succ),
+                "return_mean": statistics.mean(e["return_mean"] for e in evs),
+                "per_eval_seed": {str(s): e.get("success_rate") for s, e in zip(a.eval_seeds, evs)}}
+
+    def init_run(seed: int) -> Path:
+        return (a.init_runs_dir or a.runs_dir) / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
+
+    def before_file(seed: int) -> Path:
+        """The start's evaluation, beside the runs (a run directory holds only its own files), shared by the arms."""
+        seeds = "-".join(map(str, a.eval_seeds))
+        return a.runs_dir / tag / f"before-{a.init_tag}-s{seed}-eval{seeds}-{a.episodes}eps.json"
+
+    def before(seed: int) -> None:
+        f = before_file(seed)
+        if not (init_run(seed) / "checkpoints").is_dir():
+            raise SystemExit(f"rl: the BC run to start from, {init_run(seed)}, has no checkpoints; expected the "
+                             f"runs of `learning.py bc` (see --init-runs-dir and --init-tag).")
+        if not f.is_file():
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(evaluate(init_run(seed))))
 
     def job(item):
         name, flags, seed = item
         d = a.runs_dir / tag / f"{name}-s{seed}"
-        extra = []
-        if a.part == "rl":
-            init = (a.init_runs_dir or a.runs_dir) / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
-            extra = ["--init", str(init)]
-            before_file = d.parent / f"{d.name}.before.json"  # beside the run: a run directory holds only its own files
-            if (init / "checkpoints").is_dir() and not before_file.is_file():
-                d.parent.mkdir(parents=True, exist_ok=True)
-                before = json.loads(_run(["eval", str(init), "--episodes", str(a.episodes), "--seed", "1"])
-                                    .strip().splitlines()[-1])
-                before_file.write_text(json.dumps(before))
+        extra = ["--init", str(init_run(seed))] if a.part == "rl" else []
         if not (d / "checkpoints" / "latest.pt").is_file():
             _run(["train", "vla", *common, *flags, *extra, "--seed", str(seed), "--run-dir", str(d)])
-        ev = json.loads(_run(["eval", str(d), "--episodes", str(a.episodes), "--seed", "1"]).strip().splitlines()[-1])
+        ev = evaluate(d)
         metrics = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-        row = {"success_rate": ev.get("success_rate"), "return_mean": ev["return_mean"],
-               "wall_time_s": metrics[-1]["wall_time"], "final_loss": metrics[-1].get("loss/actor",
-                                                                                      metrics[-1].get("loss/policy"))}
+        row = {**ev, "wall_time_s": metrics[-1]["wall_time"],
+               "final_loss": metrics[-1].get("loss/actor", metrics[-1].get("loss/policy"))}
         if a.part == "rl":
-            row["before"] = json.loads((d.parent / f"{d.name}.before.json").read_text()).get("success_rate")
-            row["env_steps"] = metrics[-1].get("env_steps")
+            row["before"] = json.loads(before_file(seed).read_text()).get("success_rate")
+            row["env_steps"] = metrics[-1].get("env_steps", 0)
         print(name, seed, row, flush=True)
         return f"{name}-s{seed}", row
 
     items = [(name, flags, seed) for name, flags in arms.items() for seed in a.seeds]
     with ThreadPoolExecutor(a.jobs) as pool:
+        if a.part == "rl":
+            list(pool.map(before, a.seeds))
         rows = dict(pool.map(job, items))
     cmd = "python experiments/vla/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"# VLA {a.part} on manip:{a.task}", "", f"`{cmd}` (commit {commit})", "",
              f"Backbone {a.backbone} (random init; lora rank {a.lora_rank}), head {a.head}, chunk {a.chunk}, images "
              f"{a.image_size}, one exterior camera + instruction + proprio. Success: `ctrl-rl eval RUN --episodes "
-             f"{a.episodes}` (deterministic).", "",
+             f"{a.episodes} --seed S` (deterministic) for S in {a.eval_seeds}, pooled.", "",
              "| arm | seed | success | return | wall s |" + (" success before RL | env steps |" if a.part == "rl" else ""),
              "|---|---|---|---|---|" + ("---|---|" if a.part == "rl" else "")]
     for k, r in rows.items():
@@ -145,10 +171,13 @@ def _plot_rl(a, tag: str, name: str, rows: dict) -> None:
         end = pts[-1][0] if pts else 0
         ax.plot([0, end], [r["before"], r["success_rate"]], "o--", color=color, alpha=0.8,
                 label=f"seed {seed}: evaluation before / after")
+        if f"bc-cont-s{seed}" in rows:
+            ax.plot([end], [rows[f"bc-cont-s{seed}"]["success_rate"]], "s", color=color, mfc="none", ms=8,
+                    label=f"seed {seed}: BC continued ({a.control_steps} updates, no env steps)")
     ax.set_xlabel("env steps")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"VLA RL from BC on manip:{a.task} ({a.episodes} evaluation episodes)")
+    ax.set_title(f"VLA RL from BC on manip:{a.task} ({a.episodes * len(a.eval_seeds)} evaluation episodes)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
