@@ -84,6 +84,7 @@ Shape letters: B batch, T tokens per image, L sequence, D hidden, V vocabulary, 
 
 from __future__ import annotations
 
+import functools
 import glob
 import inspect
 import json
@@ -158,6 +159,13 @@ def _lookup(root: nn.Module, path: str) -> nn.Module:
     for name in path.split("."):
         root = getattr(root, name)
     return root
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_name(cls: type) -> str:
+    """The name of a language model's KV-cache argument and output: ``cache`` since transformers 5.24 renamed
+    ``past_key_values`` (looked up once per class, not on every decoding step)."""
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 class Backbone(nn.Module):
@@ -305,8 +313,7 @@ class Backbone(nn.Module):
         )
         use_cache = use_cache or past_key_values is not None
         text = self._part("text")
-        # transformers 5.24 renamed the language models' ``past_key_values`` (argument and output) to ``cache``
-        key = "cache" if "cache" in inspect.signature(text.forward).parameters else "past_key_values"
+        key = _cache_name(type(text))
         out = text(inputs_embeds=embeds, attention_mask=attention_mask, use_cache=use_cache, return_dict=True,
                    **{key: past_key_values})
         return out.last_hidden_state, (out[key] if use_cache else None)
