@@ -203,6 +203,19 @@ class VLAConfig:
             raise UserInputError("invalid --habc-beta, --habc-gate-temperature or --flow-sigma: expected positive "
                                  "temperatures and a non-negative sigma")
 
+    def unused_flags(self) -> list[str]:
+        """The flags set away from their defaults that this ``method`` never reads (``--method bc --sil-coef 1``)."""
+        default = VLAConfig()
+        return [f"--{n.replace('_', '-')}" for n in _UNUSED_BY[self.method] if getattr(self, n) != getattr(default, n)]
+
+
+_HABC_ONLY = ("habc_gamma", "habc_beta", "habc_max_weight", "habc_gate_threshold", "habc_gate_temperature",
+              "habc_step_cost", "habc_warmup")
+_RL_ONLY = ("init_log_std", "advantage", "group_size", "rl_gamma", "gae_lambda", "clip_ratio", "ppo_epochs",
+            "ppo_minibatches", "target_kl", "value_epochs", "critic_warmup", "ent_coef", "sft_coef", "sil_coef",
+            "sil_steps", "sil_capacity", "flow_sigma")
+_UNUSED_BY = {"bc": _HABC_ONLY + _RL_ONLY + ("critic_lr", "critic_hidden"), "habc": _RL_ONLY, "rl": _HABC_ONLY}
+
 
 def _tokenizer(name: str):
     from pathlib import Path

@@ -25,6 +25,7 @@ The env state is not checkpointed: an RL run resumes its weights, optimizer and 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import deque
 from pathlib import Path
 
@@ -210,6 +211,10 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
         raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset DIR: expected demonstrations in the LeRobot "
                              "layout (ctrl-rl data generate --env manip:Lift --level scripted --format lerobot)")
     run = dataclasses.replace(run, env=complete_env_id(run.env, loop.cameras, loop.image_size))
+    unused = cfg.unused_flags()
+    if unused and not resume:
+        print(f"ctrl-rl: note: --method {cfg.method} does not use {', '.join(unused)}; they are recorded in the run's "
+              "config but change nothing", file=sys.stderr)
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
         spec = env_spec(run, algo_name, True)
         probe = build_env(run, 1, run.seed)

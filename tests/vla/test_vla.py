@@ -182,13 +182,17 @@ def test_the_runtime_tokenises_the_instruction_as_training_did(tmp_path, demos):
 
 
 def test_habc_and_rl_from_the_cli(tmp_path, demos, capsys):
-    d, rc = _train(tmp_path, demos, "habc", "flow", ["--habc-warmup", "1"])
-    assert rc == 0, capsys.readouterr().err
+    d, rc = _train(tmp_path, demos, "habc", "flow", ["--habc-warmup", "1", "--sil-capacity", "5"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "--method habc does not use --sil-capacity;" in err  # an RL flag on an HABC run is named, not silent
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert "stats/weight_mean" in rows[-1] and "loss/viability" in rows[-1]
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--num-envs", "2", "--rollout-chunks", "2",
                                                           "--total-steps", "2", "--target-kl", "1e-12"])
-    assert rc == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "does not use" not in err
     rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 2 * 2 * 2 * 2 and "loss/sft" in rows[-1]
     # the KL stop: the first minibatch (ratio 1) steps, a later one exceeds 1.5e-12 and ends the update's passes
@@ -353,6 +357,17 @@ def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
     for name in "abcdefgh":
         assert not (tmp_path / name / "checkpoints").exists()
     shutil.rmtree(empty)
+
+
+def test_flags_the_method_never_reads_are_named():
+    from ctrl_rl.algos.vla import VLAConfig
+
+    assert VLAConfig(method="bc", sil_coef=1.0, advantage="group", habc_beta=0.1).unused_flags() == \
+        ["--habc-beta", "--advantage", "--sil-coef"]
+    assert VLAConfig(method="bc", critic_lr=1e-4).unused_flags() == ["--critic-lr"]
+    assert VLAConfig(method="habc", critic_lr=1e-4, habc_beta=0.1).unused_flags() == []
+    assert VLAConfig(method="rl", sil_coef=1.0, sil_steps=2, habc_warmup=3).unused_flags() == ["--habc-warmup"]
+    assert VLAConfig(method="rl", lr=1e-5, chunk=4).unused_flags() == []
 
 
 def test_bf16_and_gradient_checkpointing_train(demos):
