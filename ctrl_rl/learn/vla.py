@@ -267,7 +267,8 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
             if own is not None:
                 own.add(ro)
                 batch["own"], batch["sample_demos"] = own.sample, sample
-                counts["stats/self_imitation_chunks"] = own.added
+                counts["stats/self_imitation_added"] = own.added  # chunks ever added (the FIFO drops the oldest)
+                counts["stats/self_imitation_held"] = len(own)
             info = algo.update(batch)
             return {**info, **static, **{k: torch.tensor(float(v)) for k, v in counts.items()}}
 
