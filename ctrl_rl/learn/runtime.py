@@ -19,6 +19,7 @@ diverges (or that there is none yet).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import torch
 from ctrl_rl.config import RunConfig, save_config, to_dict
 from ctrl_rl.core.obs import obs_nbytes
 from ctrl_rl.core.perf import ThreadGovernor, default_threads, tune_allocator
+from ctrl_rl.core.provenance import code_version
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.envs.registry import make_env
 from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
@@ -187,13 +189,28 @@ class RunContext:
         if self.checkpoint is not None:
             set_global_rng_state(self.checkpoint["rng"])
 
+    def _code(self) -> dict:
+        """config.json's ``code``: ``started`` (the first launch's :func:`code_version`), and ``resumed`` (the
+        latest resume's) when a resume ran other code."""
+        now = code_version()
+        started = None
+        if self.resume:
+            try:
+                started = json.loads((self.run_dir / "config.json").read_text()).get("code", {}).get("started")
+            except (OSError, ValueError, AttributeError):
+                started = None
+            if started is None:  # a run written before config.json recorded its code
+                return {"started": None, "resumed": now}
+        started = started or now
+        return {"started": started} | ({"resumed": now} if started != now else {})
+
     def start(self, total: int, done: int, desc: str, unit: str = "step") -> None:
         """Write the resolved config, open the metrics (rows after the checkpoint dropped) and the progress bar."""
         self.saved = self.checkpoint is not None
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ck_dir.mkdir(exist_ok=True)
-            save_config(self.run_dir / "config.json", self.algo_name, self.run, self.cfg)
+            save_config(self.run_dir / "config.json", self.algo_name, self.run, self.cfg, self._code())
             self.logger = RunLogger(self.run_dir, resume_step=self.counters.get("step") if self.resume else None,
                                     resume_offset=self.counters.get("metrics_offset") if self.resume else None)
         self.bar = progress_bar(self.run.progress and self.is_main, total, done, desc, unit)

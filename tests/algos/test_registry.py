@@ -11,6 +11,7 @@ from torch import nn
 from ctrl_rl.algos import registry
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.cli import main
+from ctrl_rl.core.provenance import code_version
 from ctrl_rl.errors import UserInputError
 
 
@@ -97,8 +98,12 @@ def test_a_toy_algorithm_trains_through_the_cli_entry_point_and_resumes(toy, tmp
     # iterations 20..200 of 2 envs reach step >= 40 (the warm-up) and make 2 x 0.5 = 1 update each: the
     # off-policy loop drove the toy's update
     assert rows[-1]["updates"] == 181
+    assert cfg["code"] == {"started": code_version()}  # the code the run ran: version and commit
+    old = {**cfg["code"]["started"], "git": "0123456789ab"}
+    (d / "config.json").write_text(json.dumps({**cfg, "code": {"started": old}}))  # as if started by other code
     assert main(["train", "toy_bandit", "--resume", str(d), "--total-steps", "600", "--no-progress"]) == 0
     assert [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()][-1]["step"] == 600
+    assert json.loads((d / "config.json").read_text())["code"] == {"started": old, "resumed": code_version()}
     assert main(["eval", str(d), "--episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert '"return_mean"' in out
