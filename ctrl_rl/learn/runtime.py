@@ -193,15 +193,12 @@ class RunContext:
         """config.json's ``code``: ``started`` (the first launch's :func:`code_version`), and ``resumed`` (the
         latest resume's) when a resume ran other code."""
         now = code_version()
-        started = None
-        if self.resume:
-            try:
-                started = json.loads((self.run_dir / "config.json").read_text()).get("code", {}).get("started")
-            except (OSError, ValueError, AttributeError):
-                started = None
-            if started is None:  # a run written before config.json recorded its code
-                return {"started": None, "resumed": now}
-        started = started or now
+        if not self.resume:
+            return {"started": now}
+        try:
+            started = json.loads((self.run_dir / "config.json").read_text())["code"]["started"]
+        except (OSError, ValueError, KeyError, TypeError):  # a run written before config.json recorded its code
+            started = None
         return {"started": started} | ({"resumed": now} if started != now else {})
 
     def start(self, total: int, done: int, desc: str, unit: str = "step") -> None:
