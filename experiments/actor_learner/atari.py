@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-from common import RESULTS, git_commit, write_result  # noqa: E402
+from common import RESULTS, runs_commit, write_result  # noqa: E402
 
 PAPER_FRAMES = 200_000_000  # IMPALA (Espeholt et al. 2018): 200M frames per Atari game
 COLORS = {"impala": "tab:blue", "domo_ac": "tab:red", "ppo": "tab:gray"}
@@ -105,11 +105,12 @@ def main(argv: list[str] | None = None) -> None:
         curve = [(r["step"] * skip, r["episode_return"]) for r in rows if r.get("episode_return") is not None]
         wall = rows[-1]["wall_time"]
         rho = [r["stats/rho_mean"] for r in rows if "stats/rho_mean" in r]
-        return job, {"curve": curve, "wall_time": wall, "sps": rows[-1]["step"] / wall,
+        return job, {"curve": curve, "wall_time": wall, "sps": rows[-1]["step"] / wall, "dir": str(d),
                      "rho_mean_max_dev": max((abs(x - 1) for x in rho), default=None)}
 
     with ThreadPoolExecutor(a.jobs) as pool:
         runs = dict(pool.map(run, jobs))
+    commit = runs_commit(r["dir"] for r in runs.values())
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     this = shlex.join(["python", "experiments/actor_learner/atari.py", *argv])
     n = a.actors * a.num_envs
     lines = [f"# DoMo-AC vs IMPALA vs PPO on {a.env}", "",
-             f"`{this}` (commit {git_commit()}): {a.steps:,} agent steps = {frames:,} frames per run (frame skip "
+             f"`{this}` (commit {commit}): {a.steps:,} agent steps = {frames:,} frames per run (frame skip "
              f"{skip}), {frames / PAPER_FRAMES:.2%} of the IMPALA paper's {PAPER_FRAMES // 10**6}M; seeds {a.seeds}. "
              f"Value: mean of the last {a.tail} logged training returns (game score, unclipped; each the mean of the "
              "games that ended in a 5-update window).", "",
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", f"![curves]({a.name}.png)", "", f"Solid lines: lambda {a.lams[0]:g} (and PPO); dashed: the other "
               "lambdas. Identical runs draw one line over the other.", ""]
     write_result(a.name, {"args": {k: str(v) for k, v in vars(a).items()}, "frame_skip": skip,
-                          "frames_per_run": frames, "finals": dict(table), "commit": git_commit(),
+                          "frames_per_run": frames, "finals": dict(table), "commit": commit,
                           "runs": {f"{k[0]}/{k[1]}": v for k, v in runs.items()}},
                  "\n".join(lines))
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-from common import RESULTS, git_commit, write_result  # noqa: E402
+from common import RESULTS, runs_commit, write_result  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
 
     with ThreadPoolExecutor(a.jobs) as pool:
         curves = dict(pool.map(run, jobs))
+    commit = runs_commit(a.runs_dir / tag / f"{name}-s{seed}" for name, seed in jobs)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / f"actor_learner_learning_{tag}.png", dpi=120)
     this = shlex.join(["python", "experiments/actor_learner/learning.py", *argv])
-    lines = [f"# DoMo-AC vs IMPALA vs PPO on {a.env}", "", f"`{this}` (commit {git_commit()}): {a.steps:,} env steps, "
+    lines = [f"# DoMo-AC vs IMPALA vs PPO on {a.env}", "", f"`{this}` (commit {commit}): {a.steps:,} env steps, "
              f"seeds {a.seeds}; mean of the last {a.tail} logged training returns per run.", "",
              "| algorithm | mean ± std over seeds | per seed |", "|---|---|---|"]
     for name, finals in table:
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         print(lines[-1])
     lines += ["", f"![curves](actor_learner_learning_{tag}.png)", ""]
     write_result(f"actor_learner_learning_{tag}", {"args": {k: str(v) for k, v in vars(a).items()},
-                                                  "finals": dict(table), "commit": git_commit(),
+                                                  "finals": dict(table), "commit": commit,
                                                   "curves": {f"{k[0]}/{k[1]}": v for k, v in curves.items()}},
                  "\n".join(lines))
 

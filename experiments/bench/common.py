@@ -49,6 +49,25 @@ def git_commit() -> str:
     return (r.stdout.strip() or "unknown") + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def runs_commit(run_dirs) -> str:
+    """The commits the runs were started from, as their ``config.json`` records them (``code.started.git``, and
+    ``code.resumed.git`` when a resume ran other code); the checkout's commit now, marked as such, for runs that
+    did not record theirs."""
+    seen: list[str] = []
+    unrecorded = False
+    for d in run_dirs:
+        try:
+            code = json.loads((Path(d) / "config.json").read_text()).get("code") or {}
+        except (OSError, ValueError):
+            code = {}
+        commits = [(code.get(k) or {}).get("git") for k in ("started", "resumed") if k in code]
+        unrecorded |= not commits or commits[0] is None
+        seen += [c for c in commits if c and c not in seen]
+    if unrecorded or not seen:
+        seen.append(f"{git_commit()} (now: {'some runs did not record theirs' if seen else 'no run recorded its code'})")
+    return ", ".join(seen)
+
+
 def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:
     """`ctrl-rl data info PATH --env ENV --refs REFS` (episodes, return_mean, normalized_score, ...), or None when
     it fails."""

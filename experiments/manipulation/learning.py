@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-from common import RESULTS, git_commit, write_result  # noqa: E402
+from common import RESULTS, runs_commit, write_result  # noqa: E402
 
 BUDGETS = {"sac:Reach": 15_000, "sac:Lift": 30_000, "ppo:Reach": 150_000, "ppo:Lift": 300_000}
 FLAGS = {
@@ -125,6 +125,8 @@ def summarize(a, argv) -> None:
 
     b = budgets(a)
     rows, curves = [], {}
+    dirs = [run_dir(a, algo, task, seed) for task in a.tasks for algo in a.algos for seed in a.seeds]
+    commit = runs_commit(d for d in dirs if (d / "metrics.jsonl").is_file())
     for task in a.tasks:
         for algo in a.algos:
             for seed in a.seeds:
@@ -158,7 +160,7 @@ def summarize(a, argv) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / "manip_learning.png", dpi=120)
     this = shlex.join(["python", "experiments/manipulation/learning.py", *argv])
-    lines = ["# State-based PPO and SAC on the manipulation tasks", "", f"`{this}` (commit {git_commit()}); runs in "
+    lines = ["# State-based PPO and SAC on the manipulation tasks", "", f"`{this}` (commit {commit}); runs in "
              f"`{a.runs_dir.relative_to(ROOT) if a.runs_dir.is_relative_to(ROOT) else a.runs_dir}`. Training success: mean of "
              "the last 5 logged intervals (stochastic policy); eval: `ctrl-rl eval --episodes 20` (deterministic).", "",
              "| task | algo | seed | env steps (budget) | training success | eval success (20 ep.) | eval return |",
@@ -168,7 +170,7 @@ def summarize(a, argv) -> None:
         lines.append(f"| {r['task']} | {r['algo']} | {r['seed']} | {r['steps']:,} ({r['budget']:,}) | "
                      f"{fmt(r['train_success_last'])} | {fmt(r['eval_success'])} | {fmt(r['eval_return'])} |")
     lines += ["", "![success rate against env steps](manip_learning.png)", ""]
-    write_result("manip_learning", {"rows": rows, "budgets": b, "commit": git_commit(),
+    write_result("manip_learning", {"rows": rows, "budgets": b, "commit": commit,
                                     "curves": {"/".join(map(str, k)): v for k, v in curves.items()}},
                  "\n".join(lines))
 

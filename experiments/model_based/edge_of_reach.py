@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT, git_commit  # noqa: E402
+from common import RESULTS, ROOT, runs_commit  # noqa: E402
 
 PAPER_STEPS, PAPER_STARTS = 3_000_000, 50_000  # ALGORITHMS.md §4.2: 3000 epochs x 1000 steps, 50k starts per epoch
 ALGOS = ("mbpo", "ravl")
@@ -333,7 +333,7 @@ def summarize(a: argparse.Namespace, argv: list[str], quiet: bool = False) -> di
               "fraction_of_paper_steps": {algo: steps_of(a, algo) / PAPER_STEPS for algo in a.algos}, "fraction_of_paper_starts": a.starts / PAPER_STARTS}
     text = reading(runs, scales) if runs else "No run has logged yet."
     payload = {"experiment": "edge-of-reach with the true dynamics (ALGORITHMS.md §4)", "command": this,
-               "date": datetime.date.today().isoformat(), "commit": git_commit(), "env": a.env, "dataset": a.dataset,
+               "date": datetime.date.today().isoformat(), "commit": runs_commit(run_dir(a, algo) for algo in runs), "env": a.env, "dataset": a.dataset,
                "seed": a.seed, "budget": budget, "value_scales": scales, "reading": text,
                "runs": {k: {kk: vv for kk, vv in v.items() if kk != "config"} | {"run_config": v["config"].get("run"),
                                                                                "algo_config": v["config"].get("config")}
