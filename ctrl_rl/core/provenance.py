@@ -11,21 +11,25 @@ from pathlib import Path
 from ctrl_rl import __version__
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> dict:
-    """``{"ctrl_rl": version, "git": "abc123def456[+dirty]" or None}`` (None: not a git checkout, or no git)."""
-    root = Path(__file__).resolve().parents[2]
-    out: dict = {"ctrl_rl": __version__, "git": None}
-    if not (root / ".git").exists():  # an installed wheel: the version is all there is
-        return out
+def git_commit(root: str | Path, digits: int = 12) -> str | None:
+    """The short commit of the git checkout at ``root``, ``+dirty`` when tracked files differ from it; None when
+    ``root`` is not a git checkout or git is missing."""
+    if not (Path(root) / ".git").exists():
+        return None
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # `git status` must not take the index lock of a busy checkout
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10, env=env)
-        if sha.returncode == 0 and sha.stdout.strip():
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                   capture_output=True, text=True, timeout=30, env=env)
-            out["git"] = sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+        sha = subprocess.run(["git", "rev-parse", f"--short={digits}", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10, env=env)
+        if sha.returncode != 0 or not sha.stdout.strip():
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30, env=env)
     except (OSError, subprocess.SubprocessError):
-        pass
-    return out
+        return None
+    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict:
+    """``{"ctrl_rl": version, "git": "abc123def456[+dirty]" or None}`` (None: an installed wheel, or no git)."""
+    return {"ctrl_rl": __version__, "git": git_commit(Path(__file__).resolve().parents[2])}

@@ -41,12 +41,9 @@ def run_preset(preset: str, seed: int, total_steps: int, algo: str = "ppo", extr
 
 def git_commit() -> str:
     """The short commit of the checkout the scripts run from, ``+dirty`` when tracked files differ from it."""
-    import subprocess
+    from ctrl_rl.core.provenance import git_commit as commit_of
 
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True)
-    return (r.stdout.strip() or "unknown") + ("+dirty" if dirty.stdout.strip() else "")
+    return commit_of(ROOT, 7) or "unknown"
 
 
 def runs_commit(run_dirs) -> str:

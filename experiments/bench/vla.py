@@ -346,7 +346,6 @@ def main(argv: list[str] | None = None) -> None:
     if a.quick:
         a.repeats, a.updates, a.warmup_updates, a.calls, a.warmup_calls = 1, 4, 1, 10, 2
 
-    os.environ["GIT_OPTIONAL_LOCKS"] = "0"  # `git status` in git_commit must not refresh the index
     t_start, load_start = time.perf_counter(), os.getloadavg()
     command = "python experiments/bench/vla.py " + " ".join(shlex.quote(x) for x in argv)
     print(command.strip(), f"(load {load_start[0]:.2f})", flush=True)

@@ -333,7 +333,8 @@ def summarize(a: argparse.Namespace, argv: list[str], quiet: bool = False) -> di
               "fraction_of_paper_steps": {algo: steps_of(a, algo) / PAPER_STEPS for algo in a.algos}, "fraction_of_paper_starts": a.starts / PAPER_STARTS}
     text = reading(runs, scales) if runs else "No run has logged yet."
     payload = {"experiment": "edge-of-reach with the true dynamics (ALGORITHMS.md §4)", "command": this,
-               "date": datetime.date.today().isoformat(), "commit": runs_commit(run_dir(a, algo) for algo in runs), "env": a.env, "dataset": a.dataset,
+               "date": datetime.date.today().isoformat(), "commit": runs_commit(run_dir(a, algo) for algo in runs),
+               "env": a.env, "dataset": a.dataset,
                "seed": a.seed, "budget": budget, "value_scales": scales, "reading": text,
                "runs": {k: {kk: vv for kk, vv in v.items() if kk != "config"} | {"run_config": v["config"].get("run"),
                                                                                "algo_config": v["config"].get("config")}
