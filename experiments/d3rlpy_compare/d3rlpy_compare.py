@@ -96,7 +96,7 @@ def run_d3rlpy(a: argparse.Namespace) -> None:
 
     from ctrl_rl.learn.evaluate import run_episodes
     from ctrl_rl.learn.runtime import build_env
-    from ctrl_rl.config import RunConfig
+    from ctrl_rl.learn.config import RunConfig
     from ctrl_rl.storage.datasets.scores import normalized_score
 
     torch.set_num_threads(1)

@@ -50,7 +50,7 @@ def child(log2n: int, iters: int) -> None:
     import torch
 
     from ctrl_rl.algos.ppo import PPOConfig
-    from ctrl_rl.config import RunConfig
+    from ctrl_rl.learn.config import RunConfig
     from ctrl_rl.learn.onpolicy import train_onpolicy
 
     n = 2 ** log2n

@@ -20,7 +20,7 @@ measured on) and loads the demonstrations, then reads ``ru_maxrss`` (the baselin
 - peak RSS: ``ru_maxrss`` at the end, and its increase over the baseline.
 
 Exported graph, per head, of the LoRA-rank-8 agent: a 2-update run trained with the CLI (``ctrl_rl train vla
-... --total-steps 2``), exported by ``ctrl_rl.robots.export.export_run`` (what ``ctrl-rl export RUN --format
+... --total-steps 2``), exported by ``ctrl_rl.deploy.export.export_run`` (what ``ctrl-rl export RUN --format
 onnx`` runs; LoRA merged into the base weights; the tokens head unrolls its 56 greedy steps without a KV cache)
 in a fresh process (``--worker export``): its wall time (checkpoint loading, tracing, onnxruntime parity check;
 without interpreter start-up and imports) and the ONNX file size. A head whose ONNX export fails gets the error
@@ -137,7 +137,7 @@ def worker_measure(a) -> dict:
 
 def worker_export(a) -> dict:
     """Export the run ``a.run`` (ONNX; .pt2 when ONNX fails) in this process and time it."""
-    from ctrl_rl.robots.export import ExportOptions, export_run
+    from ctrl_rl.deploy.export import ExportOptions, export_run
 
     out = {"run": a.run}
     for fmt in ("onnx", "pt2"):
@@ -158,8 +158,8 @@ def worker_export(a) -> dict:
 
 def worker_graph(a) -> dict:
     """Time the exported graph in ``a.export`` at batch 1 on a SimRobot observation (fresh process)."""
-    from ctrl_rl.robots.export import read_export
-    from ctrl_rl.robots.runtime import OnnxPolicy, Prompter, SimRobot
+    from ctrl_rl.deploy.export import read_export
+    from ctrl_rl.deploy.runtime import OnnxPolicy, Prompter, SimRobot
 
     d = Path(a.export)
     meta = read_export(d)

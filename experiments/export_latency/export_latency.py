@@ -32,7 +32,7 @@ from common import time_calls_ns, write_result  # noqa: E402
 from ctrl_rl.algos.sac import SAC, SACConfig  # noqa: E402
 from ctrl_rl.core.obs import ObsPart  # noqa: E402
 from ctrl_rl.envs.protocol import EnvSpec  # noqa: E402
-from ctrl_rl.robots.export import ExportModule, _export_onnx, example_inputs, input_name, onnx_session  # noqa: E402
+from ctrl_rl.deploy.export import ExportModule, _export_onnx, example_inputs, input_name, onnx_session  # noqa: E402
 
 
 def policies() -> dict[str, tuple[ExportModule, EnvSpec]]:
