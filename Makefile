@@ -34,14 +34,14 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -c .ci/constraints.txt -e ".[test,bench]"
-	$(PY) experiments/bench/massive_parallel.py
-	$(PY) experiments/bench/ppo_halfcheetah_sps.py
-	$(PY) experiments/bench/time_to_3000.py
+	$(PY) experiments/massive_parallel/massive_parallel.py
+	$(PY) experiments/ppo_halfcheetah_sps/ppo_halfcheetah_sps.py
+	$(PY) experiments/time_to_3000/time_to_3000.py
 
 bench-offline: $(STAMP)
 	$(PY) -m pip install -q -c .ci/constraints.txt $(D3RLPY_DEPS)
 	$(PY) -m pip install -q --no-deps d3rlpy==2.8.1
-	$(PY) experiments/bench/offline_updates.py
+	$(PY) experiments/offline_updates/offline_updates.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -1,21 +1,31 @@
-"""Shared by the benchmark scripts: where results go and how they are written."""
+"""Shared by the experiment scripts: where the repository is, how results are written, which code ran.
+
+Each study or benchmark is a folder ``experiments/<study>/`` holding its script(s), README and results; a script
+imports this module after putting ``experiments/`` on ``sys.path``::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from common import write_result  # noqa: E402
+
+    RESULTS = Path(__file__).resolve().parent  # the study's folder: results live beside the script
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "experiments" / "results"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_result(name: str, payload: dict, markdown: str | None = None) -> Path:
-    """Write ``experiments/results/<name>.json`` (and ``.md`` when given) and say where."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    dest = RESULTS / f"{name}.json"
+def write_result(name: str, payload: dict, markdown: str | None = None, *, folder: Path) -> Path:
+    """Write ``<folder>/<name>.json`` (and ``.md`` when given) and say where. ``folder`` is the study's folder,
+    ``experiments/<study>/`` (the calling script's ``RESULTS``)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / f"{name}.json"
     dest.write_text(json.dumps(payload, indent=2) + "\n")
     if markdown is not None:
-        (RESULTS / f"{name}.md").write_text(markdown)
+        (folder / f"{name}.md").write_text(markdown)
     print(f"wrote {dest}")
     return dest
 

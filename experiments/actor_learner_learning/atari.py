@@ -15,8 +15,8 @@ The curve is the mean training return of the games that ended in each logging wi
 policies; the greedy policy of a barely trained Breakout agent often never serves and plays out the 27,000-step
 limit, so no separate evaluation is run).
 
-    nice -n 19 python experiments/actor_learner/atari.py --steps 192000 --seeds 0            # the results file
-    nice -n 19 python experiments/actor_learner/atari.py --steps 192000 --seeds 0 --lams 1 0.9  # + kappa at lambda 0.9
+    nice -n 19 python experiments/actor_learner_learning/atari.py --steps 192000 --seeds 0   # the results file
+    nice -n 19 python experiments/actor_learner_learning/atari.py --steps 192000 --seeds 0 --lams 1 0.9  # + lambda 0.9
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-from common import RESULTS, runs_commit, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import runs_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 PAPER_FRAMES = 200_000_000  # IMPALA (Espeholt et al. 2018): 200M frames per Atari game
 COLORS = {"impala": "tab:blue", "domo_ac": "tab:red", "ppo": "tab:gray"}
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cnn-layers", type=int, default=2, help="conv layers of the DrQ encoder (2: half the CPU of 4)")
     ap.add_argument("--tail", type=int, default=5)
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--name", default="actor_learner_atari", help="result files experiments/results/<name>.*")
+    ap.add_argument("--name", default="actor_learner_atari", help="result files <name>.* beside this script")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "actor_learner_atari")
     a = ap.parse_args(argv)
     skip = frame_skip(a.env)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / f"{a.name}.png", dpi=120)
 
-    this = shlex.join(["python", "experiments/actor_learner/atari.py", *argv])
+    this = shlex.join(["python", "experiments/actor_learner_learning/atari.py", *argv])
     n = a.actors * a.num_envs
     lines = [f"# DoMo-AC vs IMPALA vs PPO on {a.env}", "",
              f"`{this}` (commit {commit}): {a.steps:,} agent steps = {frames:,} frames per run (frame skip "
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     write_result(a.name, {"args": {k: str(v) for k, v in vars(a).items()}, "frame_skip": skip,
                           "frames_per_run": frames, "finals": dict(table), "commit": commit,
                           "runs": {f"{k[0]}/{k[1]}": v for k, v in runs.items()}},
-                 "\n".join(lines))
+                 "\n".join(lines), folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ env steps, and the table gives the mean of the last ``--tail`` logged returns pe
 and DoMo-AC run on the in-process backend (2 actors, deterministic) with identical settings apart from kappa; PPO
 runs with the same total envs, rollout length and network.
 
-    python experiments/actor_learner/learning.py --env torch:CartPole --steps 200000 --seeds 0 1 2
-    python experiments/actor_learner/learning.py --env Hopper-v5 --steps 300000 --seeds 0 1 2 --jobs 2
+    python experiments/actor_learner_learning/learning.py --env torch:CartPole --steps 200000 --seeds 0 1 2
+    python experiments/actor_learner_learning/learning.py --env Hopper-v5 --steps 300000 --seeds 0 1 2 --jobs 2
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-from common import RESULTS, runs_commit, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import runs_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     fig.tight_layout()
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / f"actor_learner_learning_{tag}.png", dpi=120)
-    this = shlex.join(["python", "experiments/actor_learner/learning.py", *argv])
+    this = shlex.join(["python", "experiments/actor_learner_learning/learning.py", *argv])
     lines = [f"# DoMo-AC vs IMPALA vs PPO on {a.env}", "", f"`{this}` (commit {commit}): {a.steps:,} env steps, "
              f"seeds {a.seeds}; mean of the last {a.tail} logged training returns per run.", "",
              "| algorithm | mean ± std over seeds | per seed |", "|---|---|---|"]
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     write_result(f"actor_learner_learning_{tag}", {"args": {k: str(v) for k, v in vars(a).items()},
                                                   "finals": dict(table), "commit": commit,
                                                   "curves": {f"{k[0]}/{k[1]}": v for k, v in curves.items()}},
-                 "\n".join(lines))
+                 "\n".join(lines), folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ The table gives the median over ``--repeats`` runs of each and the ratio to PPO 
 On 2 cores, actors in other processes compete with the learner for the same cores: more actors only pay where
 there are more cores than processes.
 
-    python experiments/bench/actor_learner.py [--env torch:CartPole] [--steps 60000] [--repeats 3]
+    python experiments/actor_learner_speed/actor_learner.py [--env torch:CartPole] [--steps 60000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
 from common import ROOT, git_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 
 def run(args: list[str]) -> float:
@@ -71,16 +73,16 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"repeat {rep} K={K} {b:9s} {sps:9.0f} env-steps/s  (ppo {ppo:9.0f}; ratio {sps / ppo:.2f})",
                       flush=True)
     lines = ["# Actor-learner learner throughput", "",
-             f"`python experiments/bench/actor_learner.py --env {a.env} --steps {a.steps} --num-envs {a.num_envs} "
-             f"--unroll {a.unroll} --repeats {a.repeats}` (commit {git_commit()}): medians over {a.repeats} repeats "
-             "of the run's median logged env-steps/s (first interval excluded).", "",
+             f"`python experiments/actor_learner_speed/actor_learner.py --env {a.env} --steps {a.steps} "
+             f"--num-envs {a.num_envs} --unroll {a.unroll} --repeats {a.repeats}` (commit {git_commit()}): medians over "
+             f"{a.repeats} repeats of the run's median logged env-steps/s (first interval excluded).", "",
              "| configuration | env-steps/s | vs PPO (same repeat, same total envs) |", "|---|---|---|"]
     for k, v in results.items():
         r = ratios.get(k)
         lines.append(f"| {k} | {statistics.median(v):,.0f} | {statistics.median(r):.2f}x |" if r else
                      f"| {k} | {statistics.median(v):,.0f} | 1.00x |")
     write_result("actor_learner", {"args": vars(a), "sps": results, "ratio_to_ppo": ratios, "commit": git_commit()},
-                 "\n".join(lines) + "\n")
+                 "\n".join(lines) + "\n", folder=RESULTS)
 
 
 if __name__ == "__main__":

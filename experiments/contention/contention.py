@@ -9,15 +9,15 @@ child processes), the solo wall time and the wall time of each of two concurrent
 with the settings' order rotated between repeats, and reports medians of the per-repeat slowdown
 (slower copy / solo of the same repeat).
 
-    python experiments/bench/contention.py                      # PPO default preset at 600k steps, PPO settings
-    python experiments/bench/contention.py --workload ppo sac offline --repeats 3
-    python experiments/bench/contention.py --settings default threads2 --stagger 4   # 2nd copy 4 s after the 1st
-    python experiments/bench/contention.py --settings default threads1 threads2 --solo-only --repeats 5
-    python experiments/bench/contention.py --setting "mine:OMP_WAIT_POLICY=PASSIVE --threads 2" --append
+    python experiments/contention/contention.py                      # PPO default preset at 600k steps, PPO settings
+    python experiments/contention/contention.py --workload ppo sac offline --repeats 3
+    python experiments/contention/contention.py --settings default threads2 --stagger 4   # 2nd copy 4 s after the 1st
+    python experiments/contention/contention.py --settings default threads1 threads2 --solo-only --repeats 5
+    python experiments/contention/contention.py --setting "mine:OMP_WAIT_POLICY=PASSIVE --threads 2" --append
 
 Settings are named in SETTINGS (default, threads1, threads2, omp_passive, spin10k, mixed); "default" is
 what `--threads 0` does today (PPO under ctrl_rl.core.perf.ThreadGovernor), "threads2" what it did before
-(torch's two threads, fixed). Results go to experiments/results/<--out>.{json,md} (default contention); --append adds
+(torch's two threads, fixed). Results go to experiments/contention/<--out>.{json,md} (default contention); --append adds
 this invocation's run to those already there. Before each measurement the script waits (up to
 --quiet-wait s) until other processes use fewer than --quiet-below cores, and marks each repeat clean or not.
 
@@ -42,8 +42,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, ROOT, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 HZ = os.sysconf("SC_CLK_TCK")
 QUIET = {"max_wait": 0.0, "threshold": 0.3}  # set from --quiet-wait / --quiet-below
@@ -287,8 +289,8 @@ def _summary(reps: list[dict]) -> dict:
 def markdown(runs: list[dict], reading: str | None = None) -> str:
     lines = ["# Threads under contention: one run alone vs two copies started together",
              "",
-             "Written by `experiments/bench/contention.py` (each invocation below is one run of it; `--append` adds "
-             "one). Wall time is process start to exit (imports, plot included); *train* is the run's own "
+             "Written by `experiments/contention/contention.py` (each invocation below is one run of it; `--append` "
+             "adds one). Wall time is process start to exit (imports, plot included); *train* is the run's own "
              "`wall_time_s`. Slowdown = slower copy of the pair / solo run of the same repeat, median over repeats "
              "(all repeats in brackets). CPU = user+sys seconds of one process (spin-waiting inflates it). Foreign = "
              "cores used by other processes during the measurements (median; other people's tests share the "
@@ -347,7 +349,7 @@ def main() -> None:
     ap.add_argument("--total-steps", type=int, default=None, help="override the workload's reduced budget")
     ap.add_argument("--extra", default="", help="flags appended to every command")
     ap.add_argument("--timeout", type=float, default=600.0, help="kill a measurement's processes after this many seconds")
-    ap.add_argument("--out", default="contention", help="experiments/results/<out>.{json,md}")
+    ap.add_argument("--out", default="contention", help="experiments/contention/<out>.{json,md}")
     ap.add_argument("--quiet-wait", type=float, default=60.0,
                     help="before each measurement wait up to this many s for other processes to go quiet (0: don't)")
     ap.add_argument("--stagger", type=float, default=0.0,
@@ -422,7 +424,8 @@ def main() -> None:
             machine["load_at_end"] = open("/proc/loadavg").read().strip()
             runs = previous + [payload]
             out = {"reading": reading, "runs": runs} if reading else {"runs": runs}
-            write_result(args.out, out, markdown(runs, reading))  # after each workload: partial results survive
+            # after each workload: partial results survive
+            write_result(args.out, out, markdown(runs, reading), folder=RESULTS)
     print("\n".join(markdown_run(payload)))
 
 

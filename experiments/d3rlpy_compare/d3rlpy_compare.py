@@ -18,17 +18,17 @@ deterministic actions on both sides), so that the scores differ only by what was
 
 Differences that stay (each library's own way): d3rlpy's IQL steps Q and V from one optimizer before the actor,
 ctrl_rl's V, actor, Q in the official code's order; d3rlpy's CQL TD target uses the deterministic tanh(mu(s')),
-ctrl_rl a sample; initialisations. experiments/bench/offline_updates.py lists them with their cost.
+ctrl_rl a sample; initialisations. experiments/offline_updates/offline_updates.py lists them with their cost.
 
 Runs live in <runs-dir>/<library>-<algo>-s<seed>/ (metrics.jsonl with ``episode_return`` and ``normalized_score``
 rows; result.json when complete). Calling again skips complete runs and starts unfinished ones afresh (d3rlpy's
 fit does not resume). ``--summarize`` aggregates what exists.
 
-    python experiments/d4rl/d3rlpy_compare.py --algos iql --seeds 0 1 2 3 4 --steps 30000 --jobs 2
-    python experiments/d4rl/d3rlpy_compare.py --algos cql --seeds 0 1 2 --steps 10000 --jobs 2
-    python experiments/d4rl/d3rlpy_compare.py --summarize
+    python experiments/d3rlpy_compare/d3rlpy_compare.py --algos iql --seeds 0 1 2 3 4 --steps 30000 --jobs 2
+    python experiments/d3rlpy_compare/d3rlpy_compare.py --algos cql --seeds 0 1 2 --steps 10000 --jobs 2
+    python experiments/d3rlpy_compare/d3rlpy_compare.py --summarize
 
-Writes experiments/results/d3rlpy_compare.{md,json} and d3rlpy_compare.png (evaluation curves, mean over seeds).
+Writes experiments/d3rlpy_compare/d3rlpy_compare.{md,json} and d3rlpy_compare.png (evaluation curves, mean over seeds).
 """
 
 from __future__ import annotations
@@ -47,8 +47,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT, dataset_info, git_commit  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, dataset_info, git_commit  # noqa: E402
+from peers.d3rlpy_runs import fit_with_ctrl_rl_eval  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 LIBS = ("ctrl_rl", "d3rlpy")
 ALGOS = ("iql", "cql")
@@ -56,84 +59,6 @@ CQL_MATCHED = ("--num-critics 2 --target-subset 2 --no-layer-norm --no-actor-lay
                "--actor-hidden 256 256 256 --critic-hidden 256 256 256 --actor-lr 1e-4 --critic-lr 3e-4 --alpha-lr 1e-4 "
                "--init-alpha 1 --no-backup-entropy --alpha-cql 5 --no-lagrange --num-cql-samples 10 --importance-sampling "
                "--no-max-target-backup --no-calql")
-
-
-# ------------------------------------------------------------------------------------------------ the d3rlpy side
-def load_mdp_dataset(path: Path):
-    """The D4RL-layout file as a d3rlpy MDPDataset (terminals and timeouts as d3rlpy's D4RL loader takes them)."""
-    import d3rlpy
-    import h5py
-    import numpy as np
-
-    with h5py.File(path, "r") as f:
-        obs, act = np.asarray(f["observations"], np.float32), np.asarray(f["actions"], np.float32)
-        rew = np.asarray(f["rewards"], np.float32)
-        term, tout = np.asarray(f["terminals"], np.float32), np.asarray(f["timeouts"], np.float32)
-    tout[-1] = 1.0 if not term[-1] else 0.0  # the file's last episode ends with it
-    return d3rlpy.dataset.MDPDataset(obs, act, rew, term, tout)
-
-
-def d3rlpy_algo(algo: str):
-    import d3rlpy
-
-    if algo == "iql":
-        return d3rlpy.algos.IQLConfig(
-            actor_learning_rate=3e-4, critic_learning_rate=3e-4, batch_size=256, weight_temp=3.0, max_weight=100.0,
-            expectile=0.7, reward_scaler=d3rlpy.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0),
-            actor_optim_factory=d3rlpy.optimizers.AdamFactory(
-                lr_scheduler_factory=d3rlpy.optimizers.CosineAnnealingLRFactory(T_max=500_000)))
-    enc = d3rlpy.models.encoders.VectorEncoderFactory([256, 256, 256])
-    return d3rlpy.algos.CQLConfig(
-        actor_learning_rate=1e-4, critic_learning_rate=3e-4, temp_learning_rate=1e-4, actor_encoder_factory=enc,
-        critic_encoder_factory=enc, batch_size=256, n_action_samples=10, alpha_learning_rate=0.0,
-        conservative_weight=5.0)
-
-
-def run_d3rlpy(a: argparse.Namespace) -> None:
-    """One d3rlpy run (the worker process): fit, evaluating with ctrl_rl's evaluator after every epoch."""
-    import d3rlpy
-    import torch
-
-    from ctrl_rl.learn.evaluate import run_episodes
-    from ctrl_rl.learn.runtime import build_env
-    from ctrl_rl.learn.config import RunConfig
-    from ctrl_rl.storage.datasets.scores import normalized_score
-
-    torch.set_num_threads(1)
-    out = Path(a.run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    d3rlpy.seed(a.seed)
-    dataset = load_mdp_dataset(Path(a.data))
-    algo = d3rlpy_algo(a.algo).create(device="cpu:0")
-    run = RunConfig(env=a.env, seed=a.seed, reward_scale=False)
-    metrics = (out / "metrics.jsonl").open("w")
-    t0 = time.perf_counter()
-    eval_s = 0.0
-
-    import gymnasium
-
-    space = gymnasium.make(a.env).action_space
-    if float(space.low.min()) != -1 or float(space.high.max()) != 1 or float(space.low.max()) != -1:
-        raise SystemExit(f"{a.env}: actions are not in [-1, 1]; d3rlpy's actions would need rescaling here")
-
-    def evaluate(algo_, epoch: int, total_step: int) -> None:
-        nonlocal eval_s
-        t = time.perf_counter()
-        env = build_env(run, a.eval_episodes, a.seed + 10_000)  # ActionRescale is the identity on [-1, 1]
-        try:
-            returns, _, _ = run_episodes(lambda o: torch.as_tensor(algo_.predict(o.cpu().numpy())), env, a.seed + 10_000)
-        finally:
-            env.close()
-        mean = float(returns.mean())
-        eval_s += time.perf_counter() - t
-        row = {"step": total_step, "episode_return": mean, "normalized_score": normalized_score(a.env, mean)[0],
-               "wall_time": time.perf_counter() - t0, "eval_time": eval_s}
-        metrics.write(json.dumps(row) + "\n")
-        metrics.flush()
-
-    algo.fit(dataset, n_steps=a.steps, n_steps_per_epoch=a.eval_every, show_progress=False, save_interval=10**9,
-             logger_adapter=d3rlpy.logging.NoopAdapterFactory(), epoch_callback=evaluate)
-    metrics.close()
 
 
 # ------------------------------------------------------------------------------------------------------ the grid
@@ -248,7 +173,7 @@ def summarize(a: argparse.Namespace) -> None:
           f"- Dataset `{grid.get('dataset', '?')}` (`{grid.get('data', '?')}`), env `{grid.get('env', '?')}`; "
           "REGENERATED D4RL-protocol data on Gymnasium MuJoCo v5, not D4RL's files",
           f"- Grid commands: see `{a.runs_dir.relative_to(ROOT) if a.runs_dir.is_relative_to(ROOT) else a.runs_dir}"
-          "/commands.txt`; settings in the docstring of `experiments/d4rl/d3rlpy_compare.py`",
+          "/commands.txt`; settings in the docstring of `experiments/d3rlpy_compare/d3rlpy_compare.py`",
           "- Each run: one process, one torch thread; evaluation by ctrl_rl's evaluator on both sides (same env, "
           "episode seeds, deterministic actions); normalized with the D4RL v2 references; best of run is the "
           "highest evaluation of each run (optimistic: it picks with the test episodes); process s includes data "
@@ -371,7 +296,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     if a.worker:
-        return run_d3rlpy(a)
+        return fit_with_ctrl_rl_eval(a)
     a.runs_dir = a.runs_dir.resolve()
     if a.summarize:
         return summarize(a)

@@ -36,7 +36,7 @@ for the grid last launched in <runs-dir> (<runs-dir>/grid.json), else for the fl
     python experiments/d4rl/run_table.py --dry-run          # print the commands
     python experiments/d4rl/run_table.py --summarize        # table + plots from whatever has run
 
-Writes experiments/results/d4rl.{md,csv,json} and d4rl_offline.png, d4rl_o2o.png (--out-dir moves them).
+Writes experiments/d4rl/d4rl.{md,csv,json} and d4rl_offline.png, d4rl_o2o.png (--out-dir moves them).
 For smoke tests on small files, ``--dataset-file hopper-medium=PATH`` (repeatable) replaces a generated dataset.
 Scores are D4RL-normalized (and normalized with the local v5 references when that file exists) returns
 of the deterministic policy, from the evaluations the runs log.
@@ -63,8 +63,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT, dataset_info, git_commit  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, dataset_info, git_commit  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 ENVS = {"hopper": "Hopper-v5", "walker2d": "Walker2d-v5", "halfcheetah": "HalfCheetah-v5", "ant": "Ant-v5"}
 OFFLINE, O2O = ("iql", "cql"), ("wsrl", "rlpd", "retained")

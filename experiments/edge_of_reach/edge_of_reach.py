@@ -17,11 +17,11 @@ round is 25x fewer than the paper's 50,000, and ``--steps`` (default 25,000 grad
 ``--steps``; the results are rewritten every ``--summary-every`` seconds while they run, so a stopped run still
 leaves a result.
 
-    python experiments/model_based/edge_of_reach.py [--steps 25000] [--starts 2000] [--seed 0]
-    python experiments/model_based/edge_of_reach.py --summarize-only      # results from whatever has run
-    python experiments/model_based/edge_of_reach.py --dry-run             # the commands
+    python experiments/edge_of_reach/edge_of_reach.py [--steps 25000] [--starts 2000] [--seed 0]
+    python experiments/edge_of_reach/edge_of_reach.py --summarize-only      # results from whatever has run
+    python experiments/edge_of_reach/edge_of_reach.py --dry-run             # the commands
 
-Writes experiments/results/edge_of_reach.{json,md,png}: ``stats/q_mean`` and ``stats/q_max`` (the critics' mean
+Writes experiments/edge_of_reach/edge_of_reach.{json,md,png}: ``stats/q_mean`` and ``stats/q_max`` (the critics' mean
 and largest Q over each logged batch, real and imagined rows together) and the evaluation return over gradient
 steps, against two scales of the true value: the behaviour policy's mean discounted return-to-go over dataset
 states, and r_max / (1 - gamma), above which no Q of this task's rewards can truly be.
@@ -41,8 +41,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, ROOT, runs_commit  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, runs_commit  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 PAPER_STEPS, PAPER_STARTS = 3_000_000, 50_000  # ALGORITHMS.md §4.2: 3000 epochs x 1000 steps, 50k starts per epoch
 ALGOS = ("mbpo", "ravl")
@@ -326,7 +328,7 @@ def summarize(a: argparse.Namespace, argv: list[str], quiet: bool = False) -> di
         runs[algo]["budget"] = steps_of(a, algo)
         runs[algo]["complete"] = runs[algo]["steps_done"] >= steps_of(a, algo)
         runs[algo]["launches"] = launches(run_dir(a, algo))
-    this = shlex.join(["python", "experiments/model_based/edge_of_reach.py", *argv])
+    this = shlex.join(["python", "experiments/edge_of_reach/edge_of_reach.py", *argv])
     budget = {"gradient_steps": {algo: steps_of(a, algo) for algo in a.algos}, "rollout_starts": a.starts, "rollout_every": a.rollout_every,
               "rollout_length": 5, "retain_rounds": 5, "real_ratio": 0.05, "penalty": 0.0,
               "paper_gradient_steps": PAPER_STEPS, "paper_rollout_starts": PAPER_STARTS,

@@ -13,10 +13,10 @@ action a ~ pi(.|s) is sampled, and
 so that Q / G says how far the critics overestimate the value of the policy they train. One rollout per state: G
 is a single-sample estimate per state, averaged over the states.
 
-    python experiments/model_based/q_truth.py runs/edge_of_reach/mbpo-s0 runs/edge_of_reach/ravl-s0 \
+    python experiments/edge_of_reach/q_truth.py runs/edge_of_reach/mbpo-s0 runs/edge_of_reach/ravl-s0 \
         [--dataset hopper-medium-v5] [--states 200] [--horizon 500] [--seed 0]
 
-Writes experiments/results/q_truth.{md,json} and prints the table.
+Writes experiments/edge_of_reach/q_truth.{md,json} and prints the table.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from common import RESULTS, git_commit  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import git_commit  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 
 def measure(run_dir: Path, ds, states: int, horizon: int, seed: int) -> dict:
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{a.dataset} has no infos/qpos and infos/qvel: expected a `ctrl-rl data generate` dataset")
     rows = [measure(r, ds, a.states, a.horizon, a.seed) for r in a.runs]
     commit = git_commit()
-    cmd = "python experiments/model_based/q_truth.py " + " ".join(str(r) for r in a.runs) + \
+    cmd = "python experiments/edge_of_reach/q_truth.py " + " ".join(str(r) for r in a.runs) + \
         f" --dataset {a.dataset} --states {a.states} --horizon {a.horizon} --seed {a.seed}"
     md = ["# The critics' Q against the true value of the policy (true simulator)", "",
           f"- Command: `{cmd}` ({datetime.date.today()}, commit {commit})",

@@ -13,7 +13,7 @@ inputs as NumPy arrays, and the eager module under ``torch.inference_mode`` with
 timed alone with ``perf_counter_ns``; the table gives the median over ``--repeats`` repeats of each repeat's
 p50 and p99. Both run in this process, alternating per repeat, so load drifts hit both sides alike.
 
-    python experiments/bench/export_latency.py [--calls 5000] [--repeats 5]
+    python experiments/export_latency/export_latency.py [--calls 5000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -26,13 +26,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
 from common import time_calls_ns, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 from ctrl_rl.algos.sac import SAC, SACConfig  # noqa: E402
 from ctrl_rl.core.obs import ObsPart  # noqa: E402
-from ctrl_rl.envs.protocol import EnvSpec  # noqa: E402
 from ctrl_rl.deploy.export import ExportModule, _export_onnx, example_inputs, input_name, onnx_session  # noqa: E402
+from ctrl_rl.envs.protocol import EnvSpec  # noqa: E402
 
 
 def policies() -> dict[str, tuple[ExportModule, EnvSpec]]:
@@ -89,8 +91,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{name:6s} {label:12s} p50 {p50:8.1f} us  p99 {p99:8.1f} us   (onnx vs eager {diff:.1e})")
             raw[name] = stats
     lines = ["# Exported policy latency at batch 1", "",
-             f"`python experiments/bench/export_latency.py --calls {a.calls} --repeats {a.repeats}`: each cell is "
-             f"the median over {a.repeats} repeats of that repeat's percentile over {a.calls} single calls "
+             f"`python experiments/export_latency/export_latency.py --calls {a.calls} --repeats {a.repeats}`: "
+             f"each cell is the median over {a.repeats} repeats of that repeat's percentile over {a.calls} single calls "
              "(one thread on each side).", "",
              "| policy | runtime | p50 (us) | p99 (us) | p99 per repeat (us) |", "|---|---|---|---|---|"]
     for r in rows:
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", f"256x256 MLP p99 in onnxruntime: {mlp['onnxruntime']['p99_us']:.1f} us (target <= 100 us: "
               f"{'met' if mlp['onnxruntime']['p99_us'] <= 100 else 'NOT met'}).", ""]
     write_result("export_latency", {"calls": a.calls, "repeats": a.repeats, "rows": rows,
-                                    "torch": torch.__version__}, "\n".join(lines))
+                                    "torch": torch.__version__}, "\n".join(lines), folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ setting; the massive-parallel defaults of ``ctrl-rl train ppo`` are for 10^3+ to
 ``--budget ALGO:TASK=STEPS``; the defaults fit a 2-core machine in about an hour and are far below the 10^6-10^7
 steps lift usually takes, which the results say next to each number.
 
-    python experiments/manipulation/learning.py [--seeds 0 1 2] [--tasks Reach Lift] [--algos sac ppo] [--jobs 2]
-    python experiments/manipulation/learning.py --summarize
+    python experiments/manipulation_learning/learning.py [--seeds 0 1 2] [--tasks Reach Lift] [--algos sac ppo] \
+        [--jobs 2]
+    python experiments/manipulation_learning/learning.py --summarize
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments" / "bench"))
-from common import RESULTS, runs_commit, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import runs_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 BUDGETS = {"sac:Reach": 15_000, "sac:Lift": 30_000, "ppo:Reach": 150_000, "ppo:Lift": 300_000}
 FLAGS = {
@@ -159,7 +162,7 @@ def summarize(a, argv) -> None:
     fig.tight_layout()
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / "manip_learning.png", dpi=120)
-    this = shlex.join(["python", "experiments/manipulation/learning.py", *argv])
+    this = shlex.join(["python", "experiments/manipulation_learning/learning.py", *argv])
     lines = ["# State-based PPO and SAC on the manipulation tasks", "", f"`{this}` (commit {commit}); runs in "
              f"`{a.runs_dir.relative_to(ROOT) if a.runs_dir.is_relative_to(ROOT) else a.runs_dir}`. Training success: mean of "
              "the last 5 logged intervals (stochastic policy); eval: `ctrl-rl eval --episodes 20` (deterministic).", "",
@@ -172,7 +175,7 @@ def summarize(a, argv) -> None:
     lines += ["", "![success rate against env steps](manip_learning.png)", ""]
     write_result("manip_learning", {"rows": rows, "budgets": b, "commit": commit,
                                     "curves": {"/".join(map(str, k)): v for k, v in curves.items()}},
-                 "\n".join(lines))
+                 "\n".join(lines), folder=RESULTS)
 
 
 def main(argv: list[str] | None = None) -> None:

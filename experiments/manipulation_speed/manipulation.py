@@ -14,11 +14,12 @@ per slice of envs; the parent only concatenates). Render cost: ``CameraRenderer.
 ``--image-size`` on a fixed scene, per camera, median of ``--renders`` calls after 3 untimed ones (shadows and
 reflections off, EGL on Mesa's llvmpipe here).
 
-    python experiments/bench/manipulation.py [--task Lift] [--envs 4] [--state-steps 300] [--camera-steps 10]
+    python experiments/manipulation_speed/manipulation.py [--task Lift] [--envs 4] [--state-steps 300] \
+        [--camera-steps 10]
                                              [--warmup 3] [--workers 2] [--image-size 180x320] [--cameras all]
                                              [--renders 20]
 
-Writes experiments/results/manipulation.json and .md and prints the table.
+Writes experiments/manipulation_speed/manipulation.json and .md and prints the table.
 """
 
 from __future__ import annotations
@@ -27,11 +28,16 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from common import git_commit, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import git_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 
 def _rate(env_id: str, n: int, steps: int, warmup: int) -> float:
@@ -118,7 +124,8 @@ def main() -> None:
     md = "\n".join(lines) + "\n"
     print(md)
     write_result("manipulation", {"task": args.task, "envs": args.envs, "cameras": args.cameras,
-                                  "image_size": [h, w], "rows": rows, "render_ms": render, "commit": git_commit()}, md)
+                                  "image_size": [h, w], "rows": rows, "render_ms": render, "commit": git_commit()}, md,
+                 folder=RESULTS)
 
 
 if __name__ == "__main__":

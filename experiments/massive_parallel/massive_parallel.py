@@ -10,9 +10,9 @@ a fresh process and as the median of --repeats runs:
 and then the wall time to solve Pendulum (mean training return >= -200) with the embedded default preset
 over several seeds.
 
-    python experiments/bench/massive_parallel.py [--repeats 3] [--sizes 10 14 17 20] [--solve-seeds 3]
+    python experiments/massive_parallel/massive_parallel.py [--repeats 3] [--sizes 10 14 17 20] [--solve-seeds 3]
 
-Writes experiments/results/massive_parallel.json and .md and prints the table.
+Writes experiments/massive_parallel/massive_parallel.json and .md and prints the table.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
+
 HIDDEN = (64, 64)
 T, EPOCHS = 16, 2
 
@@ -143,7 +147,7 @@ def main() -> None:
     md.append("")
     md.append(f"Large matmul in the same run: {peak:.0f} GFLOP/s. Solve times (default preset, return >= -200): "
               + ", ".join(f"seed {s['seed']}: {s['solved_at_s']} s" for s in solves))
-    write_result("massive_parallel", out, "\n".join(md) + "\n")
+    write_result("massive_parallel", out, "\n".join(md) + "\n", folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ transitions of random numbers, an episode boundary (time-out) every 1000 steps; 
 CPU, in one process, on ``--threads`` torch threads. A step is what each library's own offline loop does
 per gradient step:
 
-  ctrl_rl   ``algo.update(buffer.sample(256, gen), sync=False)`` with the buffer from
+  ctrl_rl   ``algo.update(buffer.sample(256, gen))`` with the buffer from
             ``ctrl_rl.storage.datasets.to_replay`` (ctrl_rl.learn.offline's loop, without its logging)
   d3rlpy    ``algo.update(dataset.sample_transition_batch(256))`` on a ``d3rlpy.dataset.MDPDataset``:
             the two calls ``QLearningAlgoBase.fitter`` makes per step, without its logger and tqdm
@@ -51,10 +51,10 @@ Extra row ``cql_wsrl``: ctrl_rl's CQLConfig defaults (WSRL's locomotion pre-trai
 the target and CQL term, LayerNorm in actor and critics, max-target backup over 10 actions); its ratio is
 against d3rlpy's 2-critic CQL measured in the same turns, so it is not like-for-like.
 
-    python experiments/bench/offline_updates.py [--steps 2000] [--repeats 3] [--threads 1 [2]]
+    python experiments/offline_updates/offline_updates.py [--steps 2000] [--repeats 3] [--threads 1 [2]]
                                                 [--algos cql iql cql_wsrl] [--warmup 50] [--block 100]
 
-Writes experiments/results/offline_updates.json and .md and prints the table.
+Writes experiments/offline_updates/offline_updates.json and .md and prints the table.
 """
 
 from __future__ import annotations
@@ -64,14 +64,20 @@ import logging
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from common import write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import write_result  # noqa: E402
+from peers import d3rlpy_runs  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 OBS_DIM, ACTION_DIM, EPISODE_LEN, BATCH = 17, 6, 1000, 256
 HIDDEN = [256, 256]
@@ -108,13 +114,6 @@ def ctrl_rl_buffer(arrays: dict[str, np.ndarray]):
     return to_replay(ds, "cpu")
 
 
-def d3rlpy_dataset(arrays: dict[str, np.ndarray]):
-    import d3rlpy
-
-    return d3rlpy.dataset.MDPDataset(arrays["obs"], arrays["action"], arrays["reward"], arrays["terminal"],
-                                     arrays["timeout"])
-
-
 # ----- the two libraries -----
 
 @dataclass
@@ -146,28 +145,7 @@ def ctrl_rl_runner(variant: str, buffer, seed: int) -> Runner:
             lagrange=False, num_cql_samples=10, importance_sampling=True, max_target_backup=False, calql=False)
     gen = torch.Generator().manual_seed(seed)
     algo = registry.get(ALGOS[variant]).make(cfg, spec, torch.device("cpu"), gen)
-    return Runner(f"ctrl_rl/{variant}", lambda: buffer.sample(BATCH, gen), lambda b: algo.update(b, sync=False))
-
-
-def d3rlpy_runner(algo_name: str, dataset, seed: int) -> Runner:
-    import d3rlpy
-    from d3rlpy.models.encoders import VectorEncoderFactory
-
-    d3rlpy.seed(seed)
-    enc = VectorEncoderFactory(hidden_units=HIDDEN)
-    if algo_name == "iql":
-        cfg = d3rlpy.algos.IQLConfig(actor_encoder_factory=enc, critic_encoder_factory=enc, value_encoder_factory=enc,
-                                     batch_size=BATCH, n_critics=2, expectile=0.7, weight_temp=3.0, max_weight=100.0,
-                                     actor_learning_rate=3e-4, critic_learning_rate=3e-4)
-    else:
-        cfg = d3rlpy.algos.CQLConfig(actor_encoder_factory=enc, critic_encoder_factory=enc, batch_size=BATCH,
-                                     n_critics=2, n_action_samples=10, conservative_weight=5.0, initial_alpha=1.0,
-                                     alpha_learning_rate=0.0, initial_temperature=1.0, soft_q_backup=False,
-                                     max_q_backup=False, actor_learning_rate=1e-4, critic_learning_rate=3e-4,
-                                     temp_learning_rate=1e-4)
-    algo = cfg.create(device="cpu:0")
-    algo.build_with_dataset(dataset)
-    return Runner(f"d3rlpy/{algo_name}", lambda: dataset.sample_transition_batch(BATCH), algo.update)
+    return Runner(f"ctrl_rl/{variant}", lambda: buffer.sample(BATCH, gen), lambda b: algo.update(b))
 
 
 # ----- timing -----
@@ -245,7 +223,7 @@ def markdown(med: dict[str, dict], runs: dict[str, list[dict]], args: argparse.N
                      f"{m['update_steps_per_s']:.1f} | {uratio} | {m['sample_ms']:.2f} | {m['gflop_per_step']:.2f} | "
                      f"{m['gflop_per_s']:.1f} | {m['gflop_per_s'] / versions['matmul_peak'][th]:.0%} |")
     load = versions.get("loadavg_start"), versions.get("loadavg_end")
-    lines += ["", f"`python experiments/bench/offline_updates.py --steps {args.steps} --repeats {args.repeats} "
+    lines += ["", f"`python experiments/offline_updates/offline_updates.py --steps {args.steps} --repeats {args.repeats} "
               f"--threads {' '.join(map(str, args.threads))} --algos {' '.join(args.algos)}`; warm-up {args.warmup} "
               f"steps, turns of {args.block} steps; {args.transitions} synthetic transitions (obs {OBS_DIM}, action "
               f"{ACTION_DIM}), batch {BATCH}, 2x256 ReLU. torch {versions['torch']}, d3rlpy {versions['d3rlpy']}, "
@@ -287,7 +265,7 @@ def main() -> None:
                 "python": platform.python_version(), "cpus": os.cpu_count(),
                 "loadavg_start": round(os.getloadavg()[0], 2)}
     arrays = synthetic_arrays(args.transitions)
-    buffer, dataset = ctrl_rl_buffer(arrays), d3rlpy_dataset(arrays)
+    buffer, dataset = ctrl_rl_buffer(arrays), d3rlpy_runs.mdp_dataset(arrays)
     assert len(buffer) == dataset.transition_count, (len(buffer), dataset.transition_count)
     threads_on_entry = torch.get_num_threads()
     versions["matmul_peak"] = {str(th): round(matmul_peak(th), 1) for th in args.threads}
@@ -299,7 +277,8 @@ def main() -> None:
             for algo_name, variants in groups.items():
                 if not variants:
                     continue
-                runners = [ctrl_rl_runner(v, buffer, rep) for v in variants] + [d3rlpy_runner(algo_name, dataset, rep)]
+                theirs = Runner(f"d3rlpy/{algo_name}", *d3rlpy_runs.update_fns(algo_name, dataset, rep, HIDDEN, BATCH))
+                runners = [ctrl_rl_runner(v, buffer, rep) for v in variants] + [theirs]
                 res = measure(runners, args.steps, args.warmup, args.block)
                 for name, m in res.items():
                     lib, variant = name.split("/")
@@ -323,7 +302,7 @@ def main() -> None:
                "runs": runs, "median": med, "ratio_ctrl_rl_vs_d3rlpy": ratios, "target": "ctrl_rl >= 2x d3rlpy"}
     md = markdown(med, runs, args, versions)
     print(md)
-    write_result("offline_updates", payload, md)
+    write_result("offline_updates", payload, md, folder=RESULTS)
 
 
 if __name__ == "__main__":

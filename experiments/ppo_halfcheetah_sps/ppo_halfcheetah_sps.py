@@ -8,9 +8,9 @@ Measured in one run on one machine, each figure the median of --repeats runs:
            (DummyVecEnv of gymnasium HalfCheetah-v5, as SB3 users run it)
   sb3_ref  SB3 PPO with its defaults and 8 envs (the 1.9k steps/s reference measured on this machine)
 
-    python experiments/bench/ppo_halfcheetah_sps.py [--steps 400000] [--repeats 3]
+    python experiments/ppo_halfcheetah_sps/ppo_halfcheetah_sps.py [--steps 400000] [--repeats 3]
 
-Writes experiments/results/ppo_halfcheetah_sps.json and prints the ratios. The machine's 1-minute load
+Writes experiments/ppo_halfcheetah_sps/ppo_halfcheetah_sps.json and prints the ratios. The machine's 1-minute load
 average is recorded before every repeat: on a shared machine other processes compete for the cores,
 which slows every figure (and a multi-threaded update disproportionately; see learn/onpolicy.py).
 """
@@ -21,10 +21,18 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from ctrl_rl.envs.gymnasium import filter_mujoco_warnings  # also for the baselines' envs
-from common import ROOT, run_preset, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, run_preset, write_result  # noqa: E402
+from peers.sb3_runs import ppo_steps_per_s  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
+
 PRESET = json.loads((ROOT / "experiments/presets/halfcheetah.json").read_text())
 
 
@@ -48,27 +56,6 @@ def ctrl_rl_run(steps: int, seed: int) -> tuple[float, float]:
     return rows[-1]["step"] / rows[-1]["wall_time"], rows[-1]["step"] / wall
 
 
-def sb3_run(steps: int, seed: int, same: bool) -> float:
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_vec_env
-
-    c, r = PRESET["config"], PRESET["run"]
-    if same:
-        n_envs = r["num_envs"]
-        kw = dict(n_steps=c["rollout_steps"], batch_size=c["minibatch_size"], n_epochs=c["epochs"], learning_rate=c["lr"],
-                  gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_range=c["clip_eps"], max_grad_norm=c["max_grad_norm"],
-                  policy_kwargs=dict(net_arch=dict(pi=list(c["actor_hidden"]), vf=list(c["critic_hidden"])),
-                                     activation_fn=torch.nn.Tanh, log_std_init=c["init_log_std"]))
-    else:
-        n_envs, kw = 8, {}
-    env = make_vec_env("HalfCheetah-v5", n_envs=n_envs, seed=seed)
-    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kw)
-    t = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    return model.num_timesteps / (time.perf_counter() - t)
-
-
 def main() -> None:
     filter_mujoco_warnings()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,8 +72,8 @@ def main() -> None:
         a, b = ctrl_rl_run(args.steps, k)
         res["ctrl_rl"].append(a)
         res["ctrl_rl_incl_startup"].append(b)
-        res["sb3_same"].append(sb3_run(args.sb3_steps, k, same=True))
-        res["sb3_ref"].append(sb3_run(args.sb3_steps, k, same=False))
+        res["sb3_same"].append(ppo_steps_per_s(args.sb3_steps, k, PRESET))
+        res["sb3_ref"].append(ppo_steps_per_s(args.sb3_steps, k))
         print(f"repeat {k}: " + ", ".join(f"{n}={v[-1]:,.0f}" for n, v in res.items()), flush=True)
     med = {k: statistics.median(v) for k, v in res.items()}
     out["runs"] = res
@@ -101,7 +88,7 @@ def main() -> None:
         print(f"  {k:22s} {v:>10,.0f}")
     for k, v in out["ratios"].items():
         print(f"  {k:22s} {v:>10.2f}x")
-    write_result("ppo_halfcheetah_sps", out)
+    write_result("ppo_halfcheetah_sps", out, folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ Runs are resumable: each lives in runs/bench_sac_flow/<task>-<variant>-s<seed>/ 
 skips finished ones (an interrupted envpool run is re-seeded on resume, so it is not bit-identical
 to an uninterrupted one). ``--jobs 2`` runs two at a time with one torch thread each (2 cores).
 
-    python experiments/bench/sac_flow_learning.py [--steps 200000] [--tasks halfcheetah hopper] [--jobs 2]
-    python experiments/bench/sac_flow_learning.py --summarize      # table + plot from whatever has run
+    python experiments/sac_flow/sac_flow_learning.py [--steps 200000] [--tasks halfcheetah hopper] [--jobs 2]
+    python experiments/sac_flow/sac_flow_learning.py --summarize      # table + plot from whatever has run
 
-Writes experiments/results/sac_flow_learning.{json,md,png}: final return (mean of the episodes in the last
+Writes experiments/sac_flow/sac_flow_learning.{json,md,png}: final return (mean of the episodes in the last
 10% of the budget) and area under the curve (mean return over the whole budget, trapezoid over steps).
 """
 
@@ -27,7 +27,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import RESULTS, ROOT, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import ROOT, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 # name -> (algo, preset prefix, extra flags). The flows run with torch.compile: it changes no setting, and on
 # this CPU it made Flow-T's update 1.35x faster after a ~90 s compile (SAC's plain MLPs gained nothing).
@@ -119,7 +122,7 @@ def summarize(tasks: list[str], seed: int, steps: int) -> None:
                          f"{r['wall_time_s'] / 60:.0f} min |")
     md = "\n".join(lines) + "\n"
     print(md)
-    write_result("sac_flow_learning", {"seed": seed, "budget_steps": steps, "results": table}, md)
+    write_result("sac_flow_learning", {"seed": seed, "budget_steps": steps, "results": table}, md, folder=RESULTS)
 
 
 def main() -> None:

@@ -8,9 +8,9 @@ steps with one update each; updates/s is measured over those steps from the run'
   ctrl_rl      `ctrl-rl train sac --preset sac-halfcheetah` (envpool env), torch threads as given
   sb3          stable_baselines3.SAC on gymnasium HalfCheetah-v5 with the same settings
 
-    python experiments/bench/sac_updates.py [--updates 3000] [--repeats 3] [--threads 1 2]
+    python experiments/sac_updates/sac_updates.py [--updates 3000] [--repeats 3] [--threads 1 2]
 
-Writes experiments/results/sac_updates.json and prints medians and ratios.
+Writes experiments/sac_updates/sac_updates.json and prints medians and ratios.
 """
 
 from __future__ import annotations
@@ -18,10 +18,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
+import sys
+from pathlib import Path
 
 from ctrl_rl.envs.gymnasium import filter_mujoco_warnings  # also for the baselines' envs
-from common import run_preset, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import run_preset, write_result  # noqa: E402
+from peers.sb3_runs import sac_updates_per_s  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 
 def ctrl_rl_run(warmup: int, updates: int, seed: int, threads: int, extra: tuple[str, ...]) -> float:
@@ -32,32 +38,6 @@ def ctrl_rl_run(warmup: int, updates: int, seed: int, threads: int, extra: tuple
     first = next(r for r in rows if r["updates"] > 0)  # the first log row after learning started
     last = rows[-1]
     return (last["updates"] - first["updates"]) / (last["wall_time"] - first["wall_time"])
-
-
-def sb3_run(warmup: int, updates: int, seed: int, threads: int) -> float:
-    import gymnasium as gym
-    import torch
-    from stable_baselines3 import SAC
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    torch.set_num_threads(threads)
-
-    class Clock(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.t0 = self.n0 = None
-
-        def _on_step(self) -> bool:
-            if self.t0 is None and self.num_timesteps >= warmup + updates // 10:
-                self.t0, self.n0 = time.perf_counter(), self.num_timesteps
-            return True
-
-    clock = Clock()
-    model = SAC("MlpPolicy", gym.make("HalfCheetah-v5"), batch_size=256, buffer_size=1_000_000, learning_starts=warmup,
-                train_freq=1, gradient_steps=1, learning_rate=3e-4, tau=0.005, gamma=0.99, seed=seed,
-                policy_kwargs=dict(net_arch=[256, 256]), verbose=0, device="cpu")
-    model.learn(total_timesteps=warmup + updates, callback=clock)
-    return (model.num_timesteps - clock.n0) / (time.perf_counter() - clock.t0)
 
 
 def main() -> None:
@@ -77,7 +57,7 @@ def main() -> None:
             if args.compile:
                 variants.setdefault(f"ctrl_rl_compile_threads{th}", []).append(
                     ctrl_rl_run(args.warmup, args.updates, rep, th, ("--compile",)))
-            variants.setdefault(f"sb3_threads{th}", []).append(sb3_run(args.warmup, args.updates, rep, th))
+            variants.setdefault(f"sb3_threads{th}", []).append(sac_updates_per_s(args.warmup, args.updates, rep, th))
         print({k: round(v[-1], 1) for k, v in variants.items()}, flush=True)
     med = {k: statistics.median(v) for k, v in variants.items()}
     best_sb3 = max(v for k, v in med.items() if k.startswith("sb3"))
@@ -89,7 +69,7 @@ def main() -> None:
     for k, v in med.items():
         print(f"{k:28s} {v:8.1f} updates/s")
     print(f"best ctrl_rl / best SB3: {best_ours / best_sb3:.2f}x  (target >= 3x and >= 165 updates/s)")
-    write_result("sac_updates", payload)
+    write_result("sac_updates", payload, folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@
            ent 4.0e-4, vf 0.58, grad clip 0.8, 256x256 ReLU, log_std_init -2, no ortho init). The
            return is the mean of its last 10 finished training episodes; time from the start of learn().
 
-    python experiments/bench/time_to_3000.py [--seeds 0 1 2] [--budget-s 300] [--skip-sb3]
+    python experiments/time_to_3000/time_to_3000.py [--seeds 0 1 2] [--budget-s 300] [--skip-sb3]
 
-Writes experiments/results/time_to_3000.json and prints medians and the ratio.
+Writes experiments/time_to_3000/time_to_3000.json and prints medians and the ratio.
 """
 
 from __future__ import annotations
@@ -19,10 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+import sys
+from pathlib import Path
 
 from ctrl_rl.envs.gymnasium import filter_mujoco_warnings  # also for the baselines' envs
-from common import run_preset, write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import run_preset, write_result  # noqa: E402
+from peers.sb3_runs import ppo_time_to_return  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
+
 TARGET = 3000.0
 
 
@@ -32,48 +39,6 @@ def ctrl_rl_time(seed: int, budget_steps: int) -> dict:
     hit = next((r for r in ep if r["episode_return"] >= TARGET), None)
     return {"seed": seed, "time_s": hit["wall_time"] if hit else None, "step": hit["step"] if hit else None,
             "final_return": ep[-1]["episode_return"], "process_s": total, "startup_s": total - rows[-1]["wall_time"]}
-
-
-def sb3_time(seed: int, budget_s: float) -> dict:
-    import numpy as np
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    class Stop(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.t0 = time.perf_counter()
-            self.hit = None
-            self.last = float("nan")
-
-        def _on_step(self) -> bool:
-            for info in self.locals.get("infos", []):
-                if "episode" in info:
-                    self.returns.append(info["episode"]["r"])
-            if len(self.returns) >= 10:
-                self.last = float(np.mean(self.returns[-10:]))
-                if self.last >= TARGET and self.hit is None:
-                    self.hit = (time.perf_counter() - self.t0, self.num_timesteps)
-                    return False
-            return time.perf_counter() - self.t0 < budget_s
-
-        def _on_training_start(self) -> None:
-            self.returns = []
-            self.t0 = time.perf_counter()
-
-    env = VecNormalize(make_vec_env("HalfCheetah-v5", n_envs=1, seed=seed), norm_obs=True, norm_reward=True)
-    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, n_steps=512, batch_size=64, gamma=0.98,
-                learning_rate=2.0633e-05, ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92,
-                max_grad_norm=0.8, vf_coef=0.58096,
-                policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
-                                   net_arch=dict(pi=[256, 256], vf=[256, 256])))
-    cb = Stop()
-    model.learn(total_timesteps=10_000_000, callback=cb)
-    return {"seed": seed, "time_s": cb.hit[0] if cb.hit else None, "step": cb.hit[1] if cb.hit else None,
-            "final_return": cb.last, "steps_run": model.num_timesteps}
 
 
 def summarize(ours: list[dict], theirs: list[dict], sb3_budget_s: float) -> dict:
@@ -112,12 +77,12 @@ def main() -> None:
     theirs = []
     if not args.skip_sb3:
         for s in args.seeds:
-            theirs.append(sb3_time(s, args.budget_s))
+            theirs.append(ppo_time_to_return(s, args.budget_s, TARGET))
             print("sb3", theirs[-1], flush=True)
 
     out = summarize(ours, theirs, args.budget_s)
     print(json.dumps({k: v for k, v in out.items() if k not in ("ctrl_rl", "sb3")}))
-    write_result("time_to_3000", out)
+    write_result("time_to_3000", out, folder=RESULTS)
 
 
 if __name__ == "__main__":

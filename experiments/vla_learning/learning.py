@@ -3,14 +3,14 @@ per seed, scored by `ctrl-rl eval RUN --episodes N` (deterministic chunks, succe
 
     # BC on scripted demonstrations (data: ctrl-rl data generate --env manip:Lift --level scripted --format lerobot
     #   --episodes 200 --cameras exterior1 --image-size 64x64 --out data/vla/lift200)
-    python experiments/vla/learning.py bc --task Lift --dataset data/vla/lift200 --seeds 0 1 --steps 3000
+    python experiments/vla_learning/learning.py bc --task Lift --dataset data/vla/lift200 --seeds 0 1 --steps 3000
     # HABC against BC on data that mixes successes and failures (--mis-grasp 0.5: half the episodes never close
     #   the gripper)
-    python experiments/vla/learning.py habc --task Lift --dataset data/vla/lift-mixed --seeds 0 1 --steps 3000
+    python experiments/vla_learning/learning.py habc --task Lift --dataset data/vla/lift-mixed --seeds 0 1 --steps 3000
     # RL fine-tuning from the BC runs of the first command, beside BC continued from them for 1,280 updates (the
     #   control: does RL beat more imitation?), each scored over evaluation seeds 1 and 2
-    python experiments/vla/learning.py rl --task Lift --dataset data/vla/lift200 --init-tag bc --seeds 0 1 --steps 40 \
-        --control-steps 1280 --eval-seeds 1 2
+    python experiments/vla_learning/learning.py rl --task Lift --dataset data/vla/lift200 --init-tag bc --seeds 0 1 \
+        --steps 40 --control-steps 1280 --eval-seeds 1 2
 
 Arms share the backbone (``--backbone``), head, chunk and image size; ``--extra`` adds flags to every arm.
 """
@@ -26,8 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "experiments" / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
 from common import git_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 
 def _pct(x) -> str:
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         if a.part == "rl":
             list(pool.map(before, a.seeds))
         rows = dict(pool.map(job, items))
-    cmd = "python experiments/vla/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python experiments/vla_learning/learning.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"# VLA {a.part} on manip:{a.task}", "", f"`{cmd}` (commit {commit})", "",
              f"Backbone {a.backbone} (random init; lora rank {a.lora_rank}), head {a.head}, chunk {a.chunk}, images "
              f"{a.image_size}, one exterior camera + instruction + proprio. Success: `ctrl-rl eval RUN --episodes "
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.part == "rl":
         _plot_rl(a, tag, name, rows)
     write_result(name, {"command": cmd, "commit": commit, "rows": rows, "args": {
-        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}}, "\n".join(lines) + "\n")
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}}, "\n".join(lines) + "\n",
+        folder=RESULTS)
 
 
 def _plot_rl(a, tag: str, name: str, rows: dict) -> None:
@@ -181,7 +184,7 @@ def _plot_rl(a, tag: str, name: str, rows: dict) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    out = ROOT / "experiments" / "results" / f"{name}.png"
+    out = RESULTS / f"{name}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
 

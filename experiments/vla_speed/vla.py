@@ -34,9 +34,9 @@ Every figure is the median over ``--repeats`` repeats (each repeat runs every co
 that drifts of the shared machine hit all alike); latency cells are medians of each repeat's percentiles. The
 per-action amortised latency is the chunk latency / H.
 
-    python experiments/bench/vla.py [--repeats 3] [--heads tokens regression flow] [--quick]
+    python experiments/vla_speed/vla.py [--repeats 3] [--heads tokens regression flow] [--quick]
 
-Writes experiments/results/vla_bench.json and .md.
+Writes experiments/vla_speed/vla_bench.json and .md.
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
 from common import ROOT, git_commit, time_calls_ns, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 ENV = "manip:Lift,cameras=exterior1,image_size=48x64,language=true"
 DEMOS = ROOT / "runs" / "vla_bench" / "demos"
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         a.repeats, a.updates, a.warmup_updates, a.calls, a.warmup_calls = 1, 4, 1, 10, 2
 
     t_start, load_start = time.perf_counter(), os.getloadavg()
-    command = "python experiments/bench/vla.py " + " ".join(shlex.quote(x) for x in argv)
+    command = "python experiments/vla_speed/vla.py " + " ".join(shlex.quote(x) for x in argv)
     print(command.strip(), f"(load {load_start[0]:.2f})", flush=True)
     ensure_demos(a.demos)
 
@@ -398,9 +400,9 @@ def main(argv: list[str] | None = None) -> None:
                "warmup_calls": a.warmup_calls, "quick": a.quick, "rows": rows, "exports": exports,
                "raw": {"measure": {f"{h}/{r}": v for (h, r), v in measures.items()}, "graph": graphs}}
     if a.quick:  # a fast check must not overwrite the benchmark's results
-        print("--quick: experiments/results/vla_bench.{json,md} not written")
+        print("--quick: experiments/vla_speed/vla_bench.{json,md} not written")
         return
-    write_result("vla_bench", payload, md)
+    write_result("vla_bench", payload, md, folder=RESULTS)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ one untimed call:
 Actor: a tanh-Gaussian MLP, 3x256 ReLU, outputs mean and log-std (clamped to [-5, 2]), samples with its own
 generator (RAVL acts with the current stochastic actor).
 
-    python experiments/bench/model_env.py [--envs 50000] [--k 5] [--steps 3] [--repeats 5] [--threads 1]
+    python experiments/world_models/model_env.py [--envs 50000] [--k 5] [--steps 3] [--repeats 5] [--threads 1]
                                           [--model ensemble|standin]
 
-Writes experiments/results/model_env.json and .md and prints the table. Figures are medians over repeats.
+Writes experiments/world_models/model_env.json and .md and prints the table. Figures are medians over repeats.
 """
 
 from __future__ import annotations
@@ -34,13 +34,18 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
-from common import write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 OBS_DIM, ACT_DIM, MEMBERS, ELITES, HIDDEN = 17, 6, 7, 5, (200, 200, 200, 200)
 
@@ -171,7 +176,7 @@ def markdown(med: dict, runs: list[dict], args, meta: dict) -> str:
         lines.append(f"| {name} | {med[key + '_s']:.3f} | {reps} | {med[key + '_cpu_s']:.3f} | "
                      f"{med[key + '_per_s']:,.0f} {unit} | {med[key + '_per_cpu_s']:,.0f} {unit} |")
     over = med["step_mode_cpu_s"] / med["predict_cpu_s"] - 1
-    lines += ["", f"`python experiments/bench/model_env.py --envs {N} --k {k} --steps {args.steps} --repeats "
+    lines += ["", f"`python experiments/world_models/model_env.py --envs {N} --k {k} --steps {args.steps} --repeats "
               f"{args.repeats} --threads {args.threads} --model {args.model}`", "",
               f"Model: {meta['model']} ({MEMBERS} members, {ELITES} elites, {'x'.join(map(str, HIDDEN))} SiLU, obs "
               f"{OBS_DIM}, action {ACT_DIM}, untrained, identity normalisers); {N:,} random start states; "
@@ -215,7 +220,7 @@ def main() -> None:
                "runs": runs, "median": med}
     md = markdown(med, runs, args, meta)
     print(md)
-    write_result("model_env", payload, md)
+    write_result("model_env", payload, md, folder=RESULTS)
 
 
 if __name__ == "__main__":

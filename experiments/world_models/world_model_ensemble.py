@@ -19,10 +19,10 @@ Variants run interleaved in every repeat (so drifts of the machine's speed hit t
 over ``--repeats``. FLOPs are counted with torch.utils.flop_counter; the batched side's GFLOP/s is given as a
 fraction of a large float32 matmul's (2048 x 2048 @ 2048 x 2048) measured in the same run on the same threads.
 
-    python experiments/bench/world_model_ensemble.py [--repeats 5] [--threads 1] [--train-steps 40]
+    python experiments/world_models/world_model_ensemble.py [--repeats 5] [--threads 1] [--train-steps 40]
                                                      [--predict-calls 3] [--states 50000]
 
-Writes experiments/results/world_model_ensemble.json and .md and prints the table (``--markdown-only``: rewrites
+Writes experiments/world_models/world_model_ensemble.json and .md and prints the table (``--markdown-only``: rewrites
 the .md from the saved .json).
 """
 
@@ -33,14 +33,20 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
-from common import RESULTS, write_result
 from ctrl_rl.world_models.ensemble import DynamicsConfig, EnsembleDynamics, make_optimizer, soft_clamp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
+from common import write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
 OBS, ACT, ROWS, BATCH = 17, 6, 100_000, 256
 D = OBS + 1
@@ -149,7 +155,8 @@ def markdown(payload: dict) -> str:
         lines.append(f"| {part} | {name} | {r['ms']:.1f} | {r['speedup_vs_loop']:.2f}x | {r['gflop']:.2f} | "
                      f"{r['gflop_per_s']:.1f} | {r['of_matmul_peak']:.0%} |")
     bp = rows[f"predict/batched_auto_chunk{auto}"]
-    lines += ["", f"`python experiments/bench/world_model_ensemble.py --repeats {st['repeats']} --threads {st['threads']} "
+    lines += ["", f"`python experiments/world_models/world_model_ensemble.py --repeats {st['repeats']} "
+              f"--threads {st['threads']} "
               f"--train-steps {st['train_steps']} --predict-calls {st['predict_calls']} --states {st['states']}`; "
               f"{st['members']} members, 4x200 SiLU, obs {st['obs']}, action {st['act']}; training: batch "
               f"{st['batch_per_member']} per member, forward + backward + Adam; prediction: {st['states']} states, "
@@ -254,7 +261,7 @@ def main() -> None:
                "runs_s": runs, "median": rows, "target": "batched >= 5x the per-member loop"}
     md = markdown(payload)
     print(md)
-    write_result("world_model_ensemble", payload, md)
+    write_result("world_model_ensemble", payload, md, folder=RESULTS)
 
 
 if __name__ == "__main__":

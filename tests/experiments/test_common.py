@@ -1,4 +1,4 @@
-"""experiments/bench/common.py's ``runs_commit``: the commits result files name come from the runs themselves."""
+"""experiments/common.py's ``runs_commit``: the commits result files name come from the runs themselves."""
 
 import json
 
@@ -12,7 +12,7 @@ def _run(d, code=None):
 
 
 def test_runs_commit_names_the_commits_the_runs_recorded(tmp_path):
-    with experiment_script("experiments/bench/common.py", "bench_common") as common:
+    with experiment_script("experiments/common.py", "bench_common") as common:
         now = common.git_commit()
         a = _run(tmp_path / "a", {"started": {"ctrl_rl": "0.1.0", "git": "aaaa"}})
         b = _run(tmp_path / "b", {"started": {"ctrl_rl": "0.1.0", "git": "aaaa"},

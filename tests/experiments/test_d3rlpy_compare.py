@@ -1,4 +1,4 @@
-"""experiments/d4rl/d3rlpy_compare.py without training: its t-test and the summary of fabricated runs."""
+"""experiments/d3rlpy_compare/d3rlpy_compare.py without training: its t-test and the summary of fabricated runs."""
 
 import json
 
@@ -9,7 +9,7 @@ from tests.scripts import experiment_script
 
 @pytest.fixture(scope="module")
 def compare():
-    with experiment_script("experiments/d4rl/d3rlpy_compare.py", "d3rlpy_compare") as mod:
+    with experiment_script("experiments/d3rlpy_compare/d3rlpy_compare.py", "d3rlpy_compare") as mod:
         yield mod
 
 

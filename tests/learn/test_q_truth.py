@@ -1,4 +1,4 @@
-"""experiments/model_based/q_truth.py: the Monte Carlo value it measures in the true simulator, checked against
+"""experiments/edge_of_reach/q_truth.py: the Monte Carlo value it measures in the true simulator, checked against
 gymnasium's Hopper stepped by hand from the same dataset states and actions."""
 
 
@@ -20,7 +20,7 @@ FLAGS = ["--batch-size", "32", "--rollout-starts", "16", "--rollout-every", "5",
 
 @pytest.fixture(scope="module")
 def q_truth():
-    with experiment_script("experiments/model_based/q_truth.py", "q_truth") as mod:
+    with experiment_script("experiments/edge_of_reach/q_truth.py", "q_truth") as mod:
         yield mod
 
 
