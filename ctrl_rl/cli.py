@@ -33,7 +33,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first window covers the imports)
 import tyro
 
-from ctrl_rl.config import RunConfig
+from ctrl_rl.learn.config import RunConfig
 from ctrl_rl.errors import UserInputError
 
 USAGE = __doc__.split("\n\n")[1]
@@ -53,7 +53,7 @@ class TrainArgs(Generic[L, C]):
 
 # flags that may change when resuming (run fields, then loop fields)
 RESUME_RUN = ("total_steps", "progress", "threads", "log_every", "checkpoint_every", "resume")
-RESUME_LOOP = ("collect_threads", "save_replay", "keep_every")
+RESUME_LOOP = frozenset({"collect_threads", "save_replay", "keep_every"})
 RESUME_OVERRIDES = set(RESUME_RUN) | set(RESUME_LOOP)
 
 
@@ -190,7 +190,7 @@ def _given(args: list[str]) -> set[str]:
 # -- train ----------------------------------------------------------------------------------------------
 def cmd_train(args: list[str]) -> int:
     from ctrl_rl.algos import registry
-    from ctrl_rl.config import build_run, from_dict, load_config, load_preset, loop_config_class
+    from ctrl_rl.learn.config import build_run, from_dict, load_config, load_preset, loop_config_class
 
     if not args or args[0] in ("-h", "--help"):
         print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {registry.names()}; `ctrl-rl train ppo --help` "
@@ -229,7 +229,8 @@ def cmd_train(args: list[str]) -> int:
         if parsed.run.total_steps < done:
             raise UserInputError(f"--total-steps {parsed.run.total_steps} is below the {done} steps {resume_dir!r} has "
                                  f"already done: expected --total-steps >= {done}")
-        loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in RESUME_LOOP if hasattr(run0.loop, k)})
+        overridable = RESUME_LOOP & {f.name for f in dataclasses.fields(run0.loop)}
+        loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in overridable})
         run = dataclasses.replace(run0, **{k: getattr(parsed.run, k) for k in RESUME_RUN if k != "resume"},
                                   resume=str(run_dir), loop=loop)
         return _run_training(algo, run, cfg0, run_dir, resume=True, restartable=False)
@@ -247,13 +248,14 @@ def cmd_train(args: list[str]) -> int:
         cfg_defaults.update(preset.config)
         run_defaults["preset"] = preset_name
     elif not rest or all(not t.startswith("--env") for t in rest):
-        from ctrl_rl.config import DEFAULT_PRESET
+        from ctrl_rl.learn.config import default_preset
 
-        if algo == DEFAULT_PRESET.algo:  # no env and no preset given: the embedded default
-            run_defaults.update(DEFAULT_PRESET.run)
-            loop_defaults.update(DEFAULT_PRESET.loop)
-            cfg_defaults.update(DEFAULT_PRESET.config)
-            run_defaults["preset"] = DEFAULT_PRESET.name
+        default = default_preset()
+        if algo == default.algo:  # no env and no preset given: the embedded default
+            run_defaults.update(default.run)
+            loop_defaults.update(default.loop)
+            cfg_defaults.update(default.config)
+            run_defaults["preset"] = default.name
     run_d = build_run(entry, run_defaults, loop_defaults, "preset run")
     cfg_d = from_dict(cfg_cls, cfg_defaults, f"preset {algo} config")
     parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run_d, run_d.loop, cfg_d), prog)
@@ -368,7 +370,7 @@ def cmd_eval(args: list[str]) -> int:
 
 
 def cmd_export(args: list[str]) -> int:
-    from ctrl_rl.robots.export import ExportOptions, export_run
+    from ctrl_rl.deploy.export import ExportOptions, export_run
 
     prog = "ctrl-rl export"
     if not args or args[0] in ("-h", "--help"):
@@ -386,7 +388,7 @@ def cmd_export(args: list[str]) -> int:
 
 
 def cmd_deploy(args: list[str]) -> int:
-    from ctrl_rl.robots.runtime import DeployOptions, deploy_sim
+    from ctrl_rl.deploy.runtime import DeployOptions, deploy_sim
 
     prog = "ctrl-rl deploy"
     if not args or args[0] in ("-h", "--help"):
@@ -618,7 +620,7 @@ def cmd_list(args: list[str]) -> int:
         for e in entries:
             print(f"{e.name:{width}s}  {e.regime:{rwidth}s}  {e.summary}")
     else:
-        from ctrl_rl.config import list_presets
+        from ctrl_rl.learn.config import list_presets
 
         presets = list_presets()
         width = max(len(n) for n in presets)

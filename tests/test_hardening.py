@@ -106,14 +106,14 @@ def test_offline_run_without_env_uses_the_task_the_dataset_names(tmp_path):
 
 def test_divergence_before_the_first_checkpoint_says_there_is_none(tmp_path, monkeypatch):
     from ctrl_rl.algos.sac import SAC
-    from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
+    from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig
     from ctrl_rl.learn.offpolicy import train_offpolicy
     from ctrl_rl.learn.runtime import TrainingDiverged
 
     real = SAC.update
 
-    def nan_update(self, batch, sync=True):
-        info = real(self, batch, sync)
+    def nan_update(self, batch):
+        info = real(self, batch)
         info["loss/critic"] = info["loss/critic"] * float("nan")
         return info
 

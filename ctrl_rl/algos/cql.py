@@ -318,16 +318,13 @@ class CQL:
             info["loss/cql_lagrange"] = lag_loss.detach()
         return info
 
-    def update(self, batch: Transition, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+    def update(self, batch: Transition) -> dict[str, torch.Tensor]:
         """One CQL critic step and, every ``policy_delay`` critic steps, SAC's actor and temperature steps.
-        ``sync=False`` returns device tensors (no host sync)."""
+        Returns device tensors (no host sync)."""
         info = self.update_critic(batch)
         if self.sac.critic_updates % self.config.policy_delay == 0:
             info.update(self.sac.update_actor(batch))
-        if not sync:
-            return info
-        vals = torch.stack([v.float() for v in info.values()]).tolist()
-        return dict(zip(info.keys(), vals))
+        return info
 
     def parameters_finite(self) -> bool:
         ok = self.sac.parameters_finite()

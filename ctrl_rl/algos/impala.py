@@ -39,6 +39,7 @@ from torch import nn
 
 from ctrl_rl.algos.ppo import ActorCritic, ActorCriticFields, DeterministicPolicy
 from ctrl_rl.algos.registry import AlgoEntry, register
+from ctrl_rl.core.nets import RunningNorm
 from ctrl_rl.core.obs import Obs, obs_map
 from ctrl_rl.core.returns import domo_advantage, vtrace
 from ctrl_rl.core.types import Rollout
@@ -145,7 +146,7 @@ class IMPALA:
         self.ac.load_state_dict(state)
 
     # -- learning -----------------------------------------------------------------------------------------
-    def update(self, batch: Rollout, sync: bool = False) -> dict[str, torch.Tensor]:
+    def update(self, batch: Rollout) -> dict[str, torch.Tensor]:
         """One gradient step on a batch of segments ``[T,N]`` (several actors' segments side by side)."""
         c = self.config
         T, N = batch.reward.shape
@@ -162,7 +163,7 @@ class IMPALA:
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm if c.max_grad_norm > 0 else float("inf"))
         self.opt.step()
-        if isinstance(self.ac.norm, nn.Module) and hasattr(self.ac.norm, "update"):
+        if isinstance(self.ac.norm, RunningNorm):
             state = batch.obs if self.ac.flat else batch.obs.get("state")
             if state is not None:
                 self.ac.norm.update(state.flatten(0, 1))

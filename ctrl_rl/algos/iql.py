@@ -199,9 +199,9 @@ class IQL:
         loss.backward()
         opt.step()
 
-    def update(self, batch: Transition, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+    def update(self, batch: Transition) -> dict[str, torch.Tensor]:
         """Value, actor, critic steps (in the code's order) and the Polyak target update.
-        ``sync=False`` returns device tensors (no host sync)."""
+        Returns device tensors (no host sync)."""
         c = self.config
         B = batch.obs.shape[0]
         assert batch.action.shape[0] == B and batch.reward.shape == (B,), "expected obs [B,O], action [B,A], reward [B]"
@@ -230,10 +230,7 @@ class IQL:
         info = {"loss/value": value_loss.detach(), "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
                 "stats/v_mean": v.detach().mean(), "stats/q_mean": q.detach().mean(), "stats/adv_mean": adv.mean(),
                 "stats/weight_mean": w.mean(), "stats/actor_lr": torch.tensor(actor_lr, device=self.device)}
-        if not sync:
-            return info
-        vals = torch.stack([t.float() for t in info.values()]).tolist()
-        return dict(zip(info.keys(), vals))
+        return info
 
     def parameters_finite(self) -> bool:
         params = [*self.actor.parameters(), *self.value.parameters(), *self.critic.parameters()]

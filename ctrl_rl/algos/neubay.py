@@ -473,9 +473,9 @@ class NeuBay:
         opt.step()
         return norms
 
-    def update(self, batch: TapeBatch, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+    def update(self, batch: TapeBatch) -> dict[str, torch.Tensor]:
         """One critic step (and target update), then one actor and one temperature step, on one tape batch.
-        ``sync=False`` returns device tensors (no host sync)."""
+        Returns device tensors (no host sync)."""
         c = self.config
         seq, start, pos = self.sequence(batch)
         mean, log_std = self.actor(self._encode(self.actor_encoder, seq, start))  # [S,A] each, with gradient
@@ -507,10 +507,7 @@ class NeuBay:
             self.alpha_opt.step()
             info["loss/alpha"] = loss_a.detach()
         self.updates += 1
-        if not sync:
-            return info
-        vals = torch.stack([v.float() for v in info.values()]).tolist()
-        return dict(zip(info.keys(), vals))
+        return info
 
     # ---- the collector's interface (world_models.history.HistoryAgent) -----------------------------
 

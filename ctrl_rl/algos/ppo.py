@@ -334,9 +334,9 @@ class PPO:
         for g in self.opt.param_groups:
             g["lr"] = self.lr
 
-    def update(self, batch: Rollout, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor | float]:
-        """One PPO update on a rollout. ``sync=False`` leaves the statistics as device tensors (the loop converts
-        them once per log step); counts and the learning rate are plain floats either way."""
+    def update(self, batch: Rollout) -> dict[str, torch.Tensor]:
+        """One PPO update on a rollout. The statistics stay device tensors (the loop converts them once per log
+        step); counts and the learning rate become 0-d tensors on the same device (no host sync)."""
         cfg = self.config
         T, N = batch.reward.shape
         value = self._values(batch.obs, T, N)  # [T,N]
@@ -418,16 +418,13 @@ class PPO:
             explained = 1 - (ret - value).var() / (ret.var() + 1e-8)
         info = {
             "loss/policy": m[0], "loss/value": m[1], "stats/entropy": m[2], "stats/approx_kl": m[3],
-            "stats/clip_frac": m[4], "stats/grad_norm": m[5], "stats/grad_steps": float(steps),
-            "stats/epochs": float(epochs_done), "stats/lr": self.lr, "stats/value_mean": value.mean(),
+            "stats/clip_frac": m[4], "stats/grad_norm": m[5],
+            **{k: m.new_tensor(float(v)) for k, v in (("stats/grad_steps", steps), ("stats/epochs", epochs_done),
+                                                       ("stats/lr", self.lr))}, "stats/value_mean": value.mean(),
             "stats/explained_var": explained, "stats/adv_std": adv.std(),
         }
         if not self.spec.discrete:
             info["stats/action_std"] = self.ac.log_std.detach().exp().mean()
-        if not sync:
-            return info
-        keys = [k for k, v in info.items() if isinstance(v, torch.Tensor)]
-        info.update(zip(keys, torch.stack([info[k].float() for k in keys]).tolist()))  # one host sync
         return info
 
     def world_size(self) -> int:

@@ -31,11 +31,11 @@ Regimes and the loop each one runs in (``ctrl_rl.learn``):
 - ``vla-finetuning``: demonstrations in the LeRobot layout (and, for RL, envs stepped one action chunk at a time) ->
   ``update(batch)`` of a vision-language-action model (``ctrl_rl.vla``); evaluated in the env by success rate.
 
-The algorithm contract (see docs/architecture.md): ``act(obs, deterministic=False) -> action``,
-``update(batch, sync=False) -> dict[str, Tensor]`` (device tensors; the loop converts them once per log
-step), ``state_dict()`` / ``load_state_dict()``, ``parameters_finite() -> bool``, ``exportable() -> nn.Module``,
-and a ``gen`` attribute (its ``torch.Generator``). On-policy algorithms also have ``sample(obs) -> (action,
-log_prob)``, ``rollout_steps`` and ``schedule(progress)``.
+The algorithm contract is ``ctrl_rl.core.protocols.Algorithm`` (``act``, ``update(batch) -> dict[str, Tensor]``,
+``state_dict`` / ``load_state_dict``, ``parameters_finite``, ``exportable``, ``gen``) with the capability protocols
+beside it (on-policy sampling, schedules, actor weights, recurrent acting state); the ``world-model`` regime's entry
+builds a ``ctrl_rl.world_models.protocol.DynamicsModel`` instead. ``tests/algos/test_contract.py`` checks every
+registered entry.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
+from ctrl_rl.core.protocols import Algorithm, Info
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.world_models.protocol import DynamicsModel
 
 Regime = Literal["on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
                  "model-based-recurrent", "actor-learner", "vla-finetuning"]
@@ -53,12 +55,12 @@ REGIMES: tuple[str, ...] = ("on-policy", "off-policy", "offline", "offline-to-on
                             "model-based-recurrent", "actor-learner", "vla-finetuning")
 
 # update_step(algo, sampler, batch_size, config) -> info: one update drawing its batch(es) from ``sampler``
-UpdateStep = Callable[[Any, Any, int, Any], dict]
+UpdateStep = Callable[[Any, Any, int, Any], Info]
 
 
-def default_update_step(algo, sampler, batch_size: int, config) -> dict:
+def default_update_step(algo: Algorithm, sampler: Any, batch_size: int, config: Any) -> Info:
     """One update on one batch of ``batch_size`` drawn with the algorithm's generator."""
-    return algo.update(sampler.sample(batch_size, algo.gen), sync=False)
+    return algo.update(sampler.sample(batch_size, algo.gen))
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ class AlgoEntry:
     """The name users type: ``ctrl-rl train NAME``."""
     config: type
     """Frozen dataclass of the algorithm's hyperparameters (every field becomes a flag)."""
-    make: Callable[..., Any]
-    """``make(config, spec, device, generator, **loop_kwargs) -> algorithm``."""
+    make: Callable[..., Algorithm | DynamicsModel]
+    """``make(config, spec, device, generator, **loop_kwargs) -> algorithm`` (a dynamics model for the
+    ``world-model`` regime)."""
     regime: Regime
     """Which loop trains it (see the module docstring)."""
     summary: str

@@ -108,7 +108,7 @@ class SACConfig(EncoderFields):
     """BatchRenorm: training calls of plain batch norm before the renorm correction starts."""
     compile: bool = False
     """torch.compile the critic and actor steps. Off by default: on this 2-core CPU it took ~50 s to
-    compile and measured no faster than eager (experiments/bench/sac_updates.py --compile)."""
+    compile and measured no faster than eager (experiments/sac_updates/sac_updates.py --compile)."""
     critic_splits: int = 1
     """Critic minibatches per batch update: the loop draws ``critic_splits`` minibatches, each takes one critic
     step (and target update), then the actor and temperature take one step on their union (WSRL: 4)."""
@@ -398,9 +398,9 @@ class SAC:
         self.alpha_opt.step()
         return {"loss/alpha": alpha_loss.detach()}
 
-    def update(self, batch: Transition, sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+    def update(self, batch: Transition) -> dict[str, torch.Tensor]:
         """One critic step (with the target update) and, every ``policy_delay`` critic steps, one
-        actor/temperature step. ``sync=False`` returns device tensors (no host sync)."""
+        actor/temperature step. Returns device tensors (no host sync)."""
         # the batch is encoded once (flat: no op); the actor reads the critic step's input features, detached
         f, f_next = self.features(batch)  # [B,F] each
         f_actor = f.detach()  # [B,F]
@@ -415,12 +415,9 @@ class SAC:
             info = self.update_critic(batch, feats=(f, f_next))
             if self.critic_updates % self.config.policy_delay == 0:
                 info.update(self.update_actor(batch, feats=f_actor))
-        if not sync:
-            return info
-        vals = torch.stack([v.float() for v in info.values()]).tolist()
-        return dict(zip(info.keys(), vals))
+        return info
 
-    def update_split(self, batches: list[Transition], sync: bool = True) -> dict[str, float] | dict[str, torch.Tensor]:
+    def update_split(self, batches: list[Transition]) -> dict[str, torch.Tensor]:
         """WSRL/RLPD's high-UTD step (ALGORITHMS.md §1.4): one critic step (and target update) per minibatch in
         ``batches``, then one actor and one temperature step on all of them together."""
         for b in batches:
@@ -429,10 +426,7 @@ class SAC:
             *(obs_cat([getattr(b, f) for b in batches]) for f in ("obs", "action", "reward", "next_obs", "terminated",
                                                                      "truncated")))
         info.update(self.update_actor(full))
-        if not sync:
-            return info
-        vals = torch.stack([v.float() for v in info.values()]).tolist()
-        return dict(zip(info.keys(), vals))
+        return info
 
     def parameters_finite(self) -> bool:
         params = [*self.actor.parameters(), *self.critic.parameters(), *self.encoder_params, self.log_alpha]
@@ -471,8 +465,8 @@ def _update_step(algo: SAC, sampler, batch_size: int, config: SACConfig) -> dict
     """One batch update: ``critic_splits`` critic minibatches (WSRL: 4 x 256 of a 1024 batch), or one batch."""
     k = config.critic_splits
     if k == 1:
-        return algo.update(sampler.sample(batch_size, algo.gen), sync=False)
-    return algo.update_split([sampler.sample(batch_size // k, algo.gen) for _ in range(k)], sync=False)
+        return algo.update(sampler.sample(batch_size, algo.gen))
+    return algo.update_split([sampler.sample(batch_size // k, algo.gen) for _ in range(k)])
 
 
 register(AlgoEntry(

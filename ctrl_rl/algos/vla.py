@@ -333,7 +333,7 @@ class VLA:
         return w, {"loss/viability": loss_via.detach(), "loss/efficiency": loss_eff.detach(),
                    "stats/gate": gate.mean(), "stats/weight_mean": w.mean(), "stats/weight_max": w.max()}
 
-    def update(self, batch: dict, sync: bool = False) -> dict[str, torch.Tensor]:
+    def update(self, batch: dict) -> dict[str, torch.Tensor]:
         """One update: a demonstration batch (bc, habc) or a rollout with a demonstration batch (rl)."""
         self.policy.train()
         if "rollout" in batch:

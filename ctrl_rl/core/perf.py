@@ -18,7 +18,7 @@ def tune_allocator() -> bool:
     glibc serves allocations above M_MMAP_THRESHOLD with a new mmap and returns them to the OS on free,
     so every large activation tensor of an update pays page faults and zeroing again. On this 2-core
     machine that made elementwise ops on [16384, 64] tensors 1.6x slower and the PPO update about 1.5x
-    slower (experiments/bench/massive_parallel.py). Raising the mmap and trim thresholds keeps freed
+    slower (experiments/massive_parallel/massive_parallel.py). Raising the mmap and trim thresholds keeps freed
     blocks for reuse; memory is then not returned to the OS until the process ends.
     Set CTRL_RL_NO_MALLOPT=1 to skip. Returns True when applied.
     """
@@ -70,7 +70,7 @@ def usable_cores() -> int:
 def default_threads(device_type: str, kind: str) -> int:
     """The most torch intra-op threads a ``--threads 0`` run uses; 0: leave torch's setting (not CPU).
 
-    Measured alone on this 2-core machine (experiments/results/contention.md, train seconds, medians):
+    Measured alone on this 2-core machine (experiments/contention/contention.md, train seconds, medians):
     "onpolicy" (PPO, minibatches of thousands of rows): 2 threads 6.0 s, 1 thread 9.1 s on the default
     preset at 600k steps -> every usable core, governed by ThreadGovernor. "offpolicy" (SAC, batch 256:
     7.6 s on 1 thread, 8-9.7 s on 2) and "offline" (IQL, batch 256: 7.2 s on 1, 7.1 s on 2, i.e. no gain)
@@ -136,8 +136,8 @@ class ThreadGovernor:
     """Keeps torch's intra-op thread count at what the CPUs left free by other processes can hold.
 
     No fixed setting is both fast alone and robust on a shared 2-core machine. Measured with
-    experiments/bench/contention.py (default PPO preset at 600k steps; process wall s, training s in
-    brackets; medians of clean repeats of one invocation; experiments/results/contention.md):
+    experiments/contention/contention.py (default PPO preset at 600k steps; process wall s, training s in
+    brackets; medians of clean repeats of one invocation; experiments/contention/contention.md):
 
     =============================  ===========  ==============================  ========
     setting                        alone        two started together, each      slowdown

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.sac import Actor, SACConfig
-from ctrl_rl.config import OffPolicyLoopConfig, from_dict, load_preset
+from ctrl_rl.learn.config import OffPolicyLoopConfig, from_dict, load_preset
 from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError

@@ -56,7 +56,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from ctrl_rl.config import parse_saved
+from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.datagen import behaviour as B
 from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.errors import UserInputError

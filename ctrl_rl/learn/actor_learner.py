@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.learn.config import RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_cat, obs_map, obs_to
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.errors import UserInputError
@@ -448,7 +448,7 @@ def _run(ctx: RunContext, run: RunConfig, algo, backend, update: int, step: int,
         for g in got:
             rets += g.returns
             lens += g.lengths
-        info = ctx.floats(algo.update(batch, sync=False))
+        info = ctx.floats(algo.update(batch))
         update += 1
         done_now += 1
         step += per_update

@@ -8,7 +8,8 @@ from typing import Callable, Literal
 
 import torch
 
-from ctrl_rl.config import parse_saved
+from ctrl_rl.learn.config import parse_saved
+from ctrl_rl.core.protocols import Recurrent
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
 from ctrl_rl.learn.runtime import build_env, setup_device
@@ -74,7 +75,7 @@ def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], env, seed: int,
 def _acting_state(algo, n: int):
     """A recurrent policy (one with ``reset_state(n)`` and ``observe(reward, done)``): its acting state reset for n
     fresh episodes, and its ``observe`` for ``run_episodes``; None for a policy of the observation alone."""
-    if not hasattr(algo, "reset_state"):
+    if not isinstance(algo, Recurrent):
         return None
     algo.reset_state(n)
     return algo.observe

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import RunConfig, WorldModelLoopConfig, ensure_loop
+from ctrl_rl.learn.config import RunConfig, WorldModelLoopConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from ctrl_rl.learn.offline import env_spec, run_updates

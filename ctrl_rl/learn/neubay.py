@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.learn.config import RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.model_based import load_model, model_source, termination_for
 from ctrl_rl.learn.offline import env_spec, run_updates
@@ -122,6 +122,6 @@ def train_neubay(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: boo
 
         def update() -> dict[str, torch.Tensor]:
             algo.schedule(rounds.progress)
-            return algo.update(buffer.sample(loop.batch_transitions, algo.gen), sync=False)
+            return algo.update(buffer.sample(loop.batch_transitions, algo.gen))
 
         return run_updates(ctx, algo, update, step, last_return, {"u_max": u_max}, max_iterations, rounds)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import OfflineLoopConfig, RunConfig, ensure_loop
+from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.evaluate import evaluate_policy
 from ctrl_rl.learn.runtime import RunContext, TrainResult, build_env, load_state

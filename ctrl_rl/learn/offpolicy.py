@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.learn.config import RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.learn.config import RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_cat, obs_index, obs_map, obs_nbytes, obs_to
 from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
@@ -169,7 +169,7 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
     loop, device = run.loop, ctx.device
     W, rank = dist_info.world_size, dist_info.rank
     # envpool steps in its own C++ threads: one torch thread while collecting leaves it the cores
-    # (measured on 2 cores: HalfCheetah-v5 with 64 envs, 1.2-1.3x end-to-end; experiments/bench/)
+    # (measured on 2 cores: HalfCheetah-v5 with 64 envs, 1.2-1.3x end-to-end; the benchmarks under experiments/)
     envpool_cpu = env.spec.backend == "envpool" and device.type == "cpu"
     if envpool_cpu and run.threads == 0 and torch.get_num_threads() <= 2:
         # On a 2-core machine the update of these small networks also runs on one thread unless
@@ -230,7 +230,7 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
             torch.set_num_threads(update_threads)
         else:
             obs = env.collect(algo, storage, obs)  # [N,O]
-        info = ctx.floats(algo.update(storage.rollout(), sync=False))
+        info = ctx.floats(algo.update(storage.rollout()))
         it += 1
         done_iters += 1
         step += steps_per_iter

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ctrl_rl.config import RunConfig, save_config, to_dict
+from ctrl_rl.learn.config import RunConfig, save_config, to_dict
 from ctrl_rl.core.obs import obs_nbytes
 from ctrl_rl.core.perf import ThreadGovernor, default_threads, tune_allocator
 from ctrl_rl.core.provenance import code_version
@@ -145,7 +145,7 @@ class RunContext:
     ``threads`` (``run.threads`` 0 on CPU): on-policy loops (``single_thread`` False; PPO's minibatches of
     thousands of rows gain ~1.5x from a second core) run under a ``core.perf.ThreadGovernor``: every core
     alone, one thread while other processes use the cores, so two runs started side by side on 2 cores each
-    take ~1.3x their solo time instead of 3-5x (experiments/results/contention.md). Off-policy and offline
+    take ~1.3x their solo time instead of 3-5x (experiments/contention/contention.md). Off-policy and offline
     loops (``single_thread`` True) use one thread: their ~10^2 small ops per update on batch-256 tensors gain
     nothing from a second thread alone, and when other processes compete every op's barrier waits for a
     descheduled worker (measured: 4.5 instead of 94 SAC updates/s). The thread count changes float rounding,

@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import OfflineLoopConfig, RunConfig, ensure_loop
+from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
 from ctrl_rl.learn.actor_learner import train_actor_learner

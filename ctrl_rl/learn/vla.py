@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import RunConfig, ensure_loop
+from ctrl_rl.learn.config import RunConfig, ensure_loop
 from ctrl_rl.core.returns import successful_episode_steps
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint

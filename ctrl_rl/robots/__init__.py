@@ -1,5 +1,5 @@
-"""Robots: specs (limits, rates, action spaces), policy export and the deployment runtime.
+"""Robots as plain data, on the ground floor: specs (joints, limits, rates, action spaces) and the safety filter.
 
-``robots.spec`` and ``robots.safety`` are plain data and math (the core layer: tasks and the runtime use them);
-``robots.export`` and ``robots.runtime`` are applications (they read checkpoints and run onnxruntime).
+Nothing here imports another ctrl_rl package except ``ctrl_rl.errors``: the simulated tasks (``envs``), the
+VLA data and the deployment application (``ctrl_rl.deploy``) all read these files.
 """

@@ -2,28 +2,33 @@
 
 ``SafetyFilter.filter(action, state)`` takes the policy's proposed command (the export's ``action`` output, in
 the action space's units) and the robot's current state, and returns the command to send plus the reasons it
-was changed. The checks run in this order, each on the result of the one before:
+was changed. Every limit is a box on the command, one interval per component, so the filter intersects them:
 
 1. **non-finite guard**: a command with NaN or inf anywhere is dropped whole and the last safe command is held;
    before any was sent: the current joint positions for a joint-position space, else zeros moved into the bounds
    (no motion for a ``delta`` space). Reason ``nonfinite``.
-2. **bounds**: clamp to the action space's ``[low, high]``. Reason ``bounds``.
-3. **rate limit**: each component moves at most ``max_step_change`` from the previous command (default: the
-   whole range per step, i.e. off; set it to smooth commands). Reason ``rate``.
-4. **joint limits** (joint spaces with a known state): the joint target implied by the command
-   (``q + a * step_scale`` for ``joint_velocity``, ``a`` for ``joint_position``) is kept inside the position
-   limits shrunk by ``joint_margin`` and reached no faster than the velocity limits allow in one control step
-   (``|target - q| <= vel_limit * dt * vel_fraction``). The command is the one that produces the projected target.
-   Reasons ``joint_position`` and ``joint_velocity``.
-5. **workspace** (cartesian spaces with a known end-effector position): the commanded position step
-   (``a[:3] * step_scale[:3]``) is shortened per axis so the target stays inside the robot's workspace box; from
-   outside the box, only motion back towards it passes. Reason ``workspace``.
+2. **bounds**: the action space's ``[low, high]``. Reason ``bounds``.
+3. **joint limits** (joint spaces with a known state): the joint target implied by the command
+   (``q + a * step_scale`` for ``joint_velocity``, ``a`` for ``joint_position``) stays inside the position
+   limits shrunk by ``joint_margin`` and is reached no faster than the velocity limits allow in one control step
+   (``|target - q| <= vel_limit * dt * vel_fraction``). From outside the position limits the target moves back
+   towards them at that speed. Reasons ``joint_position`` and ``joint_velocity``.
+4. **workspace** (cartesian spaces with a known end-effector position): the commanded position step
+   (``a[:3] * step_scale[:3]``) keeps the target inside the robot's workspace box; from outside the box, only
+   motion back towards it passes. Reason ``workspace``.
+5. **rate limit**: each component moves at most ``max_step_change`` from the previous command (default: off; set
+   it to smooth commands). Reason ``rate``.
 
-After the last step the command is clamped to the bounds once more (a projection can only shrink a command,
-but float rounding must not leave the box) and becomes the new last safe command. Plain NumPy, float64 inside:
-this runs beside onnxruntime on the robot computer, once per control tick.
+The command sent is the proposal clipped into the intersection of all five boxes, so the rate limit holds on
+every output together with every projection. When the boxes do not meet (the previous command was fast towards a
+limit that is now close, or the robot stands beyond a limit and the rate limit would keep it there), the
+priority is: **bounds > joint position / velocity limits and workspace > rate limit**. The command is then the
+point of the safe box nearest to the rate limit's box, and the reasons include ``rate_overridden``: the change
+from the previous command is larger than ``max_step_change`` on that tick. Plain NumPy, float64 inside: this runs
+beside onnxruntime on the robot computer, once per control tick.
 
-A robot without a spec (a simulator task such as Pendulum) gets steps 1-3 with the export's action bounds.
+A robot without a spec (a simulator task such as Pendulum) gets the guard, the bounds and the rate limit with the
+export's action bounds.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import ActionSpace, RobotSpec
 
-REASONS = ("nonfinite", "bounds", "rate", "joint_position", "joint_velocity", "workspace")
+REASONS = ("nonfinite", "bounds", "rate", "joint_position", "joint_velocity", "workspace", "rate_overridden")
 
 
 @dataclass(frozen=True)
@@ -112,61 +117,79 @@ class SafetyFilter:
         if not np.isfinite(a).all():
             a = self._hold(state)
             reasons.append("nonfinite")
-        clipped = np.clip(a, self.low, self.high)
-        if not np.array_equal(clipped, a):
+        if ((a < self.low) | (a > self.high)).any():
             reasons.append("bounds")
-        a = clipped
+        lo, hi = self.low.copy(), self.high.copy()  # [A]: the safe box, narrowed by each limit in turn
+        if self.joints and state.joint_position is not None:
+            self._joint_box(np.asarray(state.joint_position, dtype=np.float64), np.clip(a, lo, hi), lo, hi, reasons)
+        if self.cartesian and state.ee_position is not None:
+            self._workspace_box(np.asarray(state.ee_position, dtype=np.float64), np.clip(a, lo, hi), lo, hi, reasons)
+        out = np.clip(a, lo, hi)  # [A]
         if self.config.max_step_change is not None and self.last is not None:
             d = self.config.max_step_change
-            limited = np.clip(a, self.last - d, self.last + d)
-            if not np.array_equal(limited, a):
+            r_lo, r_hi = self.last - d, self.last + d  # [A]
+            if ((out < r_lo) | (out > r_hi)).any():
                 reasons.append("rate")
-            a = limited
-        if self.joints and state.joint_position is not None:
-            a = self._joint_limits(a, np.asarray(state.joint_position, dtype=np.float64), reasons)
-        if self.cartesian and state.ee_position is not None:
-            a = self._workspace(a, np.asarray(state.ee_position, dtype=np.float64), reasons)
-        a = np.clip(a, self.low, self.high)
-        self.last = a.copy()
+            # clip into the rate box, then into the safe box: inside both where they meet, else the safe point
+            # nearest the rate box (a limit wins over smoothness)
+            out = np.clip(np.clip(out, r_lo, r_hi), lo, hi)
+            if ((out < r_lo - 1e-12) | (out > r_hi + 1e-12)).any():
+                reasons.append("rate_overridden")
+        # untouched components keep their proposal bit for bit (np.clip of an inside value returns it)
+        self.last = out.copy()
         self.ticks += 1
         for r in reasons:
             self.counts[r] += 1
-        return a, reasons
+        return out, reasons
 
-    def _joint_limits(self, a: np.ndarray, q: np.ndarray, reasons: list[str]) -> np.ndarray:
+    def _joint_box(self, q: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, reasons: list[str]) -> None:
+        """Narrow ``lo``/``hi`` [A] in place to the commands whose joint targets respect the position and velocity
+        limits; ``a`` (inside the bounds) only decides which reasons are reported."""
         r, c = self.robot, self.config
+        assert r is not None
         J = r.num_joints
         q = q[:J]
-        lo = np.asarray(r.joint_pos_low) + c.joint_margin  # [J]
-        hi = np.asarray(r.joint_pos_high) - c.joint_margin  # [J]
+        p_lo = np.asarray(r.joint_pos_low) + c.joint_margin  # [J]
+        p_hi = np.maximum(p_lo, np.asarray(r.joint_pos_high) - c.joint_margin)  # [J]
         vmax = np.asarray(r.joint_vel_limit) * r.dt * c.vel_fraction  # [J]: largest move in one tick
-        target = q + a[:J] * self.step[:J] if self.step is not None else a[:J].copy()  # [J]
-        inside = np.clip(target, lo, np.maximum(lo, hi))
-        if not np.allclose(inside, target, rtol=0, atol=1e-12):
+        v_lo, v_hi = q - vmax, q + vmax  # [J]
+        # targets inside both; where they do not meet (q beyond a limit by more than vmax) the reachable target
+        # nearest the limits: the joint moves back at full allowed speed
+        t_lo = np.clip(p_lo, v_lo, v_hi)  # [J]
+        t_hi = np.clip(p_hi, v_lo, v_hi)  # [J]
+        target = q + a[:J] * self.step[:J] if self.step is not None else a[:J]  # [J]
+        if ((target < p_lo - 1e-12) | (target > p_hi + 1e-12)).any():
             reasons.append("joint_position")
-        # from outside the limits (q itself beyond them) the projection moves towards them: still within vmax below
-        slow = np.clip(inside, q - vmax, q + vmax)
-        if not np.allclose(slow, inside, rtol=0, atol=1e-12):
+        inside = np.clip(target, p_lo, p_hi)
+        if ((inside < v_lo - 1e-12) | (inside > v_hi + 1e-12)).any():
             reasons.append("joint_velocity")
-        # a target outside [lo, hi] may remain when q is far outside and vmax stops the return; it moves towards them
-        out = a.copy()
-        changed = slow != target  # [J]: untouched joints keep their command bit for bit
-        new = (slow - q) / self.step[:J] if self.step is not None else slow
-        out[:J] = np.where(changed, new, a[:J])
-        return out
+        if self.step is not None:  # joint velocity: a = (target - q) / step, step > 0
+            c_lo, c_hi = (t_lo - q) / self.step[:J], (t_hi - q) / self.step[:J]
+        else:  # joint position: the command is the target
+            c_lo, c_hi = t_lo, t_hi
+        lo[:J], hi[:J] = _meet(lo[:J], hi[:J], c_lo, c_hi)
 
-    def _workspace(self, a: np.ndarray, p: np.ndarray, reasons: list[str]) -> np.ndarray:
-        lo, hi = np.asarray(self.robot.workspace_low), np.asarray(self.robot.workspace_high)  # [3]
-        step = a[:3] * self.step[:3]  # [3] m
-        target = p[:3] + step
-        # inside the box: stay inside; outside on an axis: allow no motion further out on that axis
-        new_target = np.clip(target, np.minimum(lo, p[:3]), np.maximum(hi, p[:3]))
-        if not np.allclose(new_target, target, rtol=0, atol=1e-12):
+    def _workspace_box(self, p: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                       reasons: list[str]) -> None:
+        """Narrow ``lo``/``hi`` [A] in place to the commands whose position step keeps the end effector inside the
+        workspace box (from outside on an axis: no motion further out on that axis)."""
+        assert self.robot is not None and self.step is not None
+        w_lo = np.minimum(np.asarray(self.robot.workspace_low), p[:3])  # [3]
+        w_hi = np.maximum(np.asarray(self.robot.workspace_high), p[:3])  # [3]
+        target = p[:3] + a[:3] * self.step[:3]  # [3] m
+        if ((target < w_lo - 1e-12) | (target > w_hi + 1e-12)).any():
             reasons.append("workspace")
-        out = a.copy()
-        out[:3] = np.where(new_target != target, (new_target - p[:3]) / self.step[:3], a[:3])
-        return out
+        c_lo, c_hi = (w_lo - p[:3]) / self.step[:3], (w_hi - p[:3]) / self.step[:3]  # [3], contain 0
+        lo[:3], hi[:3] = _meet(lo[:3], hi[:3], c_lo, c_hi)
 
     def stats(self) -> dict:
         """Ticks filtered and the interventions per reason."""
         return {"ticks": self.ticks, **{f"interventions/{r}": n for r, n in self.counts.items()}}
+
+
+def _meet(lo: np.ndarray, hi: np.ndarray, c_lo: np.ndarray, c_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The intersection of the boxes ``[lo, hi]`` (the bounds, which always hold) and ``[c_lo, c_hi]``; where they
+    do not meet, the single point of ``[lo, hi]`` nearest the other box."""
+    new_lo = np.clip(c_lo, lo, hi)
+    new_hi = np.clip(c_hi, lo, hi)
+    return new_lo, np.maximum(new_lo, new_hi)

@@ -1,6 +1,6 @@
 """The graph a VLA exports: env-form observation parts in, the deterministic action chunk out.
 
-Inputs (``robots/export.py`` names them ``state``, ``image.<cam>``, ``language``): the env's ``state`` ``[B,O]``
+Inputs (``deploy/export.py`` names them ``state``, ``image.<cam>``, ``language``): the env's ``state`` ``[B,O]``
 (the proprio columns are taken inside), the cameras uint8 ``[B,3,h,w]``, and the prompt as token ids ``[B,Lt]``
 (``language_input()``: the tokenizer is not a graph op, so the runtime tokenises the instruction with the
 exported ``tokenizer.json`` and the prompt template; padding is the tokenizer's pad id and is masked inside).

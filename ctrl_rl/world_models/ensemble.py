@@ -115,7 +115,7 @@ class DynamicsConfig:
     hand-written termination functions)."""
     predict_chunk: int | None = None
     """Rows per chunk in ``predict`` and holdout evaluation (memory ~ 4 bytes x members run x rows x max(hidden)).
-    None: 8192 member-rows per chunk on CPU (activations stay in cache: experiments/bench/world_model_ensemble.py)
+    None: 8192 member-rows per chunk on CPU (activations stay in cache; experiments/world_models/)
     and 2^18 on other devices (~200 MB per 200-wide activation)."""
 
     def __post_init__(self) -> None:

@@ -180,7 +180,7 @@ def test_update_moves_parameters_and_targets_by_tau():
     for t0, t1, src in zip(tgt0, cql.critic_target.parameters(), cql.critic.parameters()):
         torch.testing.assert_close(t1, 0.9 * t0 + 0.1 * src.detach(), atol=1e-6, rtol=0)
     assert float(cql.alpha) != alpha0
-    assert not cql.update(_batch(), sync=False)["loss/critic"].requires_grad
+    assert not cql.update(_batch())["loss/critic"].requires_grad
 
 
 def test_seeded_updates_are_bit_identical_and_state_round_trips():
@@ -239,7 +239,7 @@ def test_cql_pushes_out_of_distribution_q_below_data_q():
                       torch.zeros(B, dtype=torch.bool))
     cql = CQL(cql_config(**TINY, num_critics=2, critic_lr=1e-3), SPEC, "cpu", torch.Generator().manual_seed(0))
     for _ in range(150):
-        cql.update(data, sync=False)
+        cql.update(data)
     with torch.no_grad():
         q_data = cql.q(cql.critic, obs, act).mean()
         q_ood = cql.q(cql.critic, obs, torch.full((B, 2), -0.8)).mean()

@@ -135,7 +135,7 @@ def test_awr_prefers_the_rewarded_action_on_a_bandit():
     iql = IQL(IQLConfig(**TINY, critic_lr=3e-3, value_lr=3e-3, actor_lr=3e-3, tau=0.05), SPEC, "cpu",
               torch.Generator().manual_seed(0))
     for _ in range(200):
-        iql.update(data, sync=False)
+        iql.update(data)
     assert iql.act(obs, deterministic=True).mean() > 0.2
 
 

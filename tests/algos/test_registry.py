@@ -44,7 +44,7 @@ class ToyAlgo:
             return a
         return (a + self.config.noise * torch.randn(a.shape, generator=self.gen, device=a.device)).clamp(-1, 1)
 
-    def update(self, batch, sync=True):
+    def update(self, batch):
         w = torch.softmax(batch.reward, 0).detach()  # [B]
         loss = (w[:, None] * (torch.tanh(self.policy(batch.obs)) - batch.action).square()).sum()
         self.opt.zero_grad()

@@ -99,7 +99,7 @@ def test_default_threads_per_loop_kind(monkeypatch):
 
 def test_run_context_governs_ppo_and_pins_offpolicy_and_restores(tmp_path, clock):
     from ctrl_rl.algos import registry
-    from ctrl_rl.config import RunConfig, ensure_loop
+    from ctrl_rl.learn.config import RunConfig, ensure_loop
     from ctrl_rl.learn.runtime import RunContext
 
     torch.set_num_threads(2)

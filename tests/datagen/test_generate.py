@@ -209,7 +209,7 @@ def test_replay_rows_of_several_envs_keep_episodes_contiguous():
 def tiny_run(tmp_path_factory):
     """A 400-step SAC run on Hopper-v5 with 16-unit networks, snapshots every 200 steps and the replay saved."""
     from ctrl_rl.algos.sac import SACConfig
-    from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
+    from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig
     from ctrl_rl.learn.offpolicy import train_offpolicy
 
     d = tmp_path_factory.mktemp("tiny") / "run"

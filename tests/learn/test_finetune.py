@@ -7,7 +7,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.algos.iql import IQLConfig
-from ctrl_rl.config import OfflineLoopConfig, OffPolicyLoopConfig, RunConfig
+from ctrl_rl.learn.config import OfflineLoopConfig, OffPolicyLoopConfig, RunConfig
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.offline import train_offline

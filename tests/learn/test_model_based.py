@@ -10,7 +10,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.cli import main
-from ctrl_rl.config import ModelBasedLoopConfig, RunConfig
+from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from ctrl_rl.learn.model_based import MODEL_FILE, train_model_based

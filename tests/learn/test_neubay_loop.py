@@ -10,7 +10,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.cli import main
-from ctrl_rl.config import RecurrentModelBasedLoopConfig, RunConfig
+from ctrl_rl.learn.config import RecurrentModelBasedLoopConfig, RunConfig
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.neubay import train_neubay
 

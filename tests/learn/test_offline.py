@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.config import OfflineLoopConfig, RunConfig
+from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig
 from ctrl_rl.envs.registry import make_env
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint

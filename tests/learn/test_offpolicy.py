@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ctrl_rl.algos.sac import SACConfig
-from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
+from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.offpolicy import train_offpolicy

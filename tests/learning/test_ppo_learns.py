@@ -3,7 +3,7 @@
 import pytest
 
 from ctrl_rl.algos.ppo import PPOConfig
-from ctrl_rl.config import DEFAULT_PRESET, RunConfig, from_dict
+from ctrl_rl.learn.config import default_preset, RunConfig, from_dict
 from ctrl_rl.learn.onpolicy import train_onpolicy
 
 pytestmark = pytest.mark.slow
@@ -11,8 +11,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_default_preset_solves_torch_pendulum(tmp_path, seed):
-    run = from_dict(RunConfig, {**DEFAULT_PRESET.run, "seed": seed, "progress": False})
-    cfg = from_dict(PPOConfig, DEFAULT_PRESET.config)
+    run = from_dict(RunConfig, {**default_preset().run, "seed": seed, "progress": False})
+    cfg = from_dict(PPOConfig, default_preset().config)
     res = train_onpolicy(run, "ppo", cfg, tmp_path / "r")
     assert res.last_return >= -250, res.last_return
 

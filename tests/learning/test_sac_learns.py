@@ -3,7 +3,7 @@
 import pytest
 
 from ctrl_rl.algos.sac import SACConfig
-from ctrl_rl.config import OffPolicyLoopConfig, RunConfig
+from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig
 from ctrl_rl.learn.evaluate import EvalOptions, evaluate_checkpoint
 from ctrl_rl.learn.offpolicy import train_offpolicy
 

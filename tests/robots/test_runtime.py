@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ctrl_rl.cli import main
-from ctrl_rl.robots.runtime import ControlLoop, LoopConfig, Observation
+from ctrl_rl.deploy.runtime import ControlLoop, LoopConfig, Observation
 from ctrl_rl.robots.safety import RobotState, SafetyFilter
 from ctrl_rl.robots.spec import ActionSpace, franka_droid
 

@@ -134,3 +134,73 @@ def test_nonfinite_first_command_of_an_absolute_space_holds_the_current_joints()
 def test_bad_safety_settings_are_one_sentence(kw, needle):
     with pytest.raises(UserInputError, match=needle):
         SafetyConfig(**kw)
+
+
+# -- the rate limit with a robot in the loop: it holds on every output, or the output says a limit overrode it --
+def joint_target_is_safe(out, q, step):
+    """Independent of the filter: the joint target of ``out`` is inside the margins (from outside: no further out)
+    and reachable within one tick."""
+    target = q + out * step if step is not None else out
+    lo, hi = np.minimum(LO + 0.02, q), np.maximum(HI - 0.02, q)
+    return bool((target >= lo - EPS).all() and (target <= hi + EPS).all() and (np.abs(target - q) <= VMAX + EPS).all())
+
+
+@settings(max_examples=300, deadline=None)
+@given(proposals=st.lists(vec(7), min_size=2, max_size=8), q=inside(LO, HI), d=st.floats(0.01, 0.5),
+       space=st.sampled_from(["joint_velocity", "joint_position"]))
+def test_rate_limit_holds_with_joint_limits_unless_a_limit_overrides_it(proposals, q, d, space):
+    f = SafetyFilter(ROBOT.action_space(space), ROBOT, SafetyConfig(max_step_change=d))
+    step = 0.2 if space == "joint_velocity" else None
+    prev = None
+    for a in proposals:
+        out, reasons = f.filter(a, RobotState(joint_position=q))
+        assert np.isfinite(out).all() and (out >= f.low).all() and (out <= f.high).all()
+        assert joint_target_is_safe(out, q, step)
+        if prev is not None:
+            within = (np.abs(out - prev) <= d + EPS).all()
+            assert within != ("rate_overridden" in reasons)
+            if not within:  # overriding was needed: the rate box's nearest command would break a joint limit
+                nearest = np.clip(out, prev - d, prev + d)
+                assert not joint_target_is_safe(nearest, q, step)
+        q = q + out * step if step is not None else out  # the robot follows
+        prev = out
+
+
+@settings(max_examples=300, deadline=None)
+@given(proposals=st.lists(vec(7), min_size=2, max_size=8), p=inside(WLO, WHI), d=st.floats(0.01, 0.5))
+def test_rate_limit_holds_with_the_workspace_unless_the_box_overrides_it(proposals, p, d):
+    f = SafetyFilter(ROBOT.action_space("cartesian_velocity"), ROBOT, SafetyConfig(max_step_change=d))
+    prev = None
+    for a in proposals:
+        out, reasons = f.filter(a, RobotState(ee_position=p))
+        assert np.isfinite(out).all() and (np.abs(out) <= 1).all()
+        nxt = p + out[:3] * 0.075
+        assert (nxt >= WLO - EPS).all() and (nxt <= WHI + EPS).all()
+        if prev is not None:
+            within = (np.abs(out - prev) <= d + EPS).all()
+            assert within != ("rate_overridden" in reasons)
+            if not within:
+                nearest = p + np.clip(out, prev - d, prev + d)[:3] * 0.075
+                assert ((nearest < WLO - EPS) | (nearest > WHI + EPS)).any()
+        p, prev = nxt, out
+
+
+def test_a_joint_near_its_limit_after_a_fast_command_overrides_the_rate_and_says_so():
+    """The case that broke the rate limit silently: tick 1 sends 0.1, then joint 0 stands beyond its margin."""
+    f = SafetyFilter(ROBOT.action_space("joint_velocity"), ROBOT, SafetyConfig(max_step_change=0.1))
+    q = np.array(ROBOT.home)
+    out, reasons = f.filter([0.1] + [0.0] * 6, RobotState(joint_position=q))
+    assert out[0] == 0.1 and reasons == []
+    out, reasons = f.filter([0.3] + [0.0] * 6, RobotState(joint_position=q))
+    assert out[0] == pytest.approx(0.2) and reasons == ["rate"]
+    q[0] = HI[0] - 0.005  # beyond the 0.02 margin: the position limit pulls it back, past the rate limit
+    out, reasons = f.filter([0.3] + [0.0] * 6, RobotState(joint_position=q))
+    assert out[0] == pytest.approx((HI[0] - 0.02 - q[0]) / 0.2)
+    assert "joint_position" in reasons and "rate_overridden" in reasons
+    assert f.stats()["interventions/rate_overridden"] == 1
+    q[0] = HI[0] - 0.03  # inside the margin: a command within the rate limit is safe, and it is the one sent
+    f2 = SafetyFilter(ROBOT.action_space("joint_velocity"), ROBOT, SafetyConfig(max_step_change=0.1))
+    f2.filter([0.1] + [0.0] * 6, RobotState(joint_position=np.array(ROBOT.home)))
+    out, reasons = f2.filter([0.3] + [0.0] * 6, RobotState(joint_position=q))
+    assert abs(out[0] - 0.1) <= 0.1 + 1e-12 and "rate_overridden" not in reasons
+    assert q[0] + out[0] * 0.2 <= HI[0] - 0.02 + 1e-12

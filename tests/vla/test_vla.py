@@ -166,7 +166,7 @@ def test_bc_from_the_cli_trains_evaluates_exports_and_deploys(tmp_path, demos, c
 
 
 def test_the_runtime_tokenises_the_instruction_as_training_did(tmp_path, demos):
-    from ctrl_rl.robots.runtime import Prompter
+    from ctrl_rl.deploy.runtime import Prompter
     from ctrl_rl.vla.export import ChunkPolicy
 
     algo, data = _agent("regression", demos)

@@ -3,7 +3,7 @@
 The N MuJoCo envs run in this process (a ``SimGroup``, one after the other) or over ``workers=K`` processes (a
 ``WorkerPool``); either way this class only converts the group's NumPy arrays to tensors on ``device``, so NumPy is
 confined to ``reset`` / ``step`` here. Which is faster depends on the cameras: see
-``experiments/bench/manipulation.py``.
+``experiments/manipulation_speed/manipulation.py``.
 
 Protocol mapping:
 

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from ctrl_rl.core.obs import ObsPart
+from ctrl_rl.core.protocols import ChunkPolicy, LanguagePolicy, Recurrent
 from ctrl_rl.errors import UserInputError
 
 FORMATS = ("onnx", "pt2")
@@ -234,9 +235,9 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     robot, units, space = _robot_and_units(probe, spec.action_dim)
     probe.close()
     policy = algo.exportable().eval()
-    chunk = getattr(policy, "chunk", None)  # a policy of action chunks (VLA) keeps its own acting state
-    recurrent = hasattr(algo, "reset_state") and chunk is None
-    language = policy.language_input() if hasattr(policy, "language_input") else None
+    chunk = policy.chunk if isinstance(policy, ChunkPolicy) else None  # a chunk policy (VLA) keeps its own state
+    recurrent = isinstance(algo, Recurrent) and chunk is None
+    language = policy.language_input() if isinstance(policy, LanguagePolicy) else None
     if language is not None:  # the graph takes the prompt's token ids; the runtime tokenises the instruction
         parts = tuple(ObsPart("language", (language["max_length"],), torch.int64) if p.name == "language" else p
                       for p in spec.parts)

@@ -323,28 +323,30 @@ class Preset:
     loop: dict[str, Any] = field(default_factory=dict)
 
 
-# The embedded default: PPO on the torch-native Pendulum, no download, about a minute on 2 CPU cores.
-DEFAULT_PRESET = Preset(
-    name="default",
-    algo="ppo",
-    description="PPO on torch-native Pendulum (1024 envs, 3M steps); passes return -200 in under a minute on 2 cores",
-    run={"env": "torch:Pendulum", "num_envs": 1024, "total_steps": 3_000_000, "reward_scale": True},
-    config={"rollout_steps": 32, "minibatch_size": 4096, "epochs": 5, "lr": 1e-3, "gamma": 0.98},
-)
+# The embedded default (PPO on the torch-native Pendulum, no download, about a minute on 2 CPU cores) ships as
+# package data beside the other built-in data.
+PACKAGE_PRESETS = Path(__file__).resolve().parents[1] / "data" / "presets"
+
+
+def default_preset() -> Preset:
+    """The preset ``ctrl-rl train`` runs with no env and no preset: ``ctrl_rl/data/presets/default.json``."""
+    return _read_preset(PACKAGE_PRESETS / "default.json")
 
 
 def preset_dirs() -> list[Path]:
-    """Where named presets are looked up: $CTRL_RL_PRESETS, ./experiments/presets, the source checkout's."""
+    """Where named presets are looked up, first match wins: $CTRL_RL_PRESETS, ./experiments/presets, the source
+    checkout's experiments/presets, the package's own (the embedded default)."""
     dirs = []
     if os.environ.get("CTRL_RL_PRESETS"):
         dirs.append(Path(os.environ["CTRL_RL_PRESETS"]))
     dirs.append(Path.cwd() / "experiments" / "presets")
-    dirs.append(Path(__file__).resolve().parent.parent / "experiments" / "presets")
+    dirs.append(Path(__file__).resolve().parents[2] / "experiments" / "presets")
+    dirs.append(PACKAGE_PRESETS)
     return dirs
 
 
 def list_presets() -> dict[str, Preset]:
-    out = {"default": DEFAULT_PRESET}
+    out = {}
     for d in reversed(preset_dirs()):
         if d.is_dir():
             for p in sorted(d.glob("*.json")):

@@ -159,7 +159,7 @@ class OnnxPolicy:
     """``policy.onnx`` in onnxruntime (one thread), called with a dict of batch-1 inputs."""
 
     def __init__(self, path: str | Path):
-        from ctrl_rl.robots.export import onnx_session
+        from ctrl_rl.deploy.export import onnx_session
 
         self.session = onnx_session(path)
         self.input_names = [i.name for i in self.session.get_inputs()]
@@ -397,7 +397,7 @@ class DeployOptions:
     def __post_init__(self) -> None:
         if not self.sim:
             raise UserInputError("ctrl-rl deploy needs --sim ENV_ID: expected the simulator task to run the export in "
-                                 "(a real robot plugs in through ctrl_rl.robots.runtime.RobotInterface)")
+                                 "(a real robot plugs in through ctrl_rl.deploy.runtime.RobotInterface)")
         if self.episodes < 1:
             raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
         if self.max_steps < 1:
@@ -406,7 +406,7 @@ class DeployOptions:
 
 def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
     """Run an export against a simulator through the runtime (``ctrl-rl deploy``); returns the summary."""
-    from ctrl_rl.robots.export import read_export
+    from ctrl_rl.deploy.export import read_export
 
     meta = read_export(export_dir)
     if "onnx" not in meta["files"]:
