@@ -77,7 +77,7 @@ def _task(env: str) -> str:
 
 
 def features(task_priv_dim: int, cameras: tuple[str, ...], image_hw: tuple[int, int]) -> dict:
-    from ctrl_rl.storage.datasets.lerobot_write import droid_features
+    from ctrl_rl.storage.datasets.lerobot import droid_features
 
     feats = droid_features(image_hw, tuple(DROID_CAMERA_NAMES[c] for c in cameras), metadata=False)
     feats["observation.environment_state"] = {"dtype": "float32", "shape": (task_priv_dim,), "names": None}
@@ -90,7 +90,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
     """Record ``opts.episodes`` expert episodes (module docstring); returns a summary of what was written."""
     from ctrl_rl.envs.manipulation.env import ManipEnv
     from ctrl_rl.storage.datasets.cache import data_dir
-    from ctrl_rl.storage.datasets.lerobot_write import LeRobotWriter
+    from ctrl_rl.storage.datasets.lerobot import LeRobotWriter
 
     task = _task(opts.env)
     expected = {"noise": "non-negative number", "mis_grasp": "fraction in [0, 1]"}

@@ -25,10 +25,16 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from ctrl_rl.errors import UserInputError  # noqa: E402
 from ctrl_rl.storage.datasets import to_replay  # noqa: E402
-from ctrl_rl.storage.datasets import lerobot_write  # noqa: E402
-from ctrl_rl.storage.datasets.lerobot import lerobot_info, load_lerobot, read_lerobot, to_offline_dataset  # noqa: E402
-from ctrl_rl.storage.datasets.lerobot_video import pick_encoder  # noqa: E402
-from ctrl_rl.storage.datasets.lerobot_write import LeRobotWriter, droid_features  # noqa: E402
+from ctrl_rl.storage.datasets.lerobot import (  # noqa: E402
+    LeRobotWriter,
+    droid_features,
+    lerobot_info,
+    load_lerobot,
+    pick_encoder,
+    read_lerobot,
+    to_offline_dataset,
+)
+from ctrl_rl.storage.datasets.lerobot import writer as lerobot_write  # noqa: E402
 from tests.scripts import experiment_script  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -1,5 +1,7 @@
-"""The LeRobot dataset layout (v2.0, v2.1, v3.0): paths, feature specs and their Arrow types, shared by the
-reader (``lerobot.py``) and the writer (``lerobot_write.py``).
+"""The LeRobot dataset layout (v2.0, v2.1, v3.0): paths, versions, feature specs and their Arrow types, shared by
+the reader (``reader.py``) and the writer (``writer.py``). Nothing here reads or writes a file.
+
+Bottom of the ``lerobot`` sub-package: imports no module of it (order: layout < video < reader, writer).
 
 Sources: the LeRobotDataset v3.0 documentation and the files ``lerobot-dataset`` 0.4.4 writes (one is kept in
 ``tests/storage/fixtures/lerobot_v30_reference``, with the script that made it); v2.x from datasets of that
@@ -39,7 +41,6 @@ read too); ``string`` features are string columns; ``video`` features live only 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,9 @@ V2_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parqu
 V2_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
+"""The ``codebase_version`` values the reader accepts."""
+CODEBASE_VERSION = "v3.0"
+"""The version the writer writes."""
 CHUNKS_SIZE = 1000  # files per chunk directory
 DATA_FILE_MB = 100  # a data file is closed once it holds this much (uncompressed), an episode never spans files
 VIDEO_FILE_MB = 200
@@ -85,43 +89,6 @@ def import_pyarrow():
         raise UserInputError("reading or writing LeRobot datasets needs the pyarrow package: expected "
                              "`pip install pyarrow av`") from None
     return pyarrow
-
-
-def import_av():
-    try:
-        import av
-    except ImportError:
-        raise UserInputError("reading or writing the videos of LeRobot datasets needs the av (PyAV) package: "
-                             "expected `pip install pyarrow av`") from None
-    return av
-
-
-def load_json(path: Path, what: str) -> Any:
-    """A JSON file, refused in one sentence when missing or malformed."""
-    if not path.is_file():
-        raise UserInputError(f"{path} does not exist: expected {what}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UserInputError(f"{path} cannot be read as JSON ({type(e).__name__}: {e}): expected {what}") from None
-
-
-def load_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
-    """The objects of a JSON-lines file, one per non-empty line."""
-    if not path.is_file():
-        raise UserInputError(f"{path} does not exist: expected {what}")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            raise UserInputError(f"{path} line {n} is not JSON ({e}): expected {what}") from None
-        if not isinstance(row, dict):
-            raise UserInputError(f"{path} line {n} is not a JSON object: expected {what}")
-        rows.append(row)
-    return rows
 
 
 def check_features(source: str, features: Any) -> dict[str, dict[str, Any]]:
@@ -153,10 +120,6 @@ def video_keys(features: dict[str, dict[str, Any]]) -> list[str]:
     return [k for k, ft in features.items() if ft["dtype"] == "video"]
 
 
-def numel(shape: tuple[int, ...]) -> int:
-    return int(np.prod(shape)) if shape else 1
-
-
 # ----- Arrow types of the data files -----
 
 def arrow_type(ft: dict[str, Any]):
@@ -182,47 +145,3 @@ def hf_features_metadata(features: dict[str, dict[str, Any]]) -> bytes:
         out[name] = value if tuple(ft["shape"]) == (1,) else {"feature": value, "length": ft["shape"][0],
                                                                "_type": "List"}
     return json.dumps({"info": {"features": out}}).encode()
-
-
-def column_to_numpy(source: str, name: str, column, ft: dict[str, Any]) -> np.ndarray:
-    """A data-file column as ``[T,*shape]`` (``[T]`` for shape ``(1,)``) of the feature's dtype.
-
-    Accepts scalar columns, fixed-size and variable lists (nested for more dimensions); a column whose row size
-    is not the feature's shape is refused in one sentence naming the file."""
-    pa = import_pyarrow()
-    import pyarrow.compute as pc
-
-    shape = tuple(ft["shape"])
-    rows = len(column)
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and rows:
-        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)  # [T] variable lists: all shape[0]
-        if (lengths != shape[0]).any():
-            bad = int(np.flatnonzero(lengths != shape[0])[0])
-            raise UserInputError(f"{source}: column {name!r} has a row of {lengths[bad]} values (row {bad}): "
-                                 f"expected {shape[0]} (feature shape {list(shape)} in meta/info.json)")
-    values = column
-    while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
-            pa.types.is_fixed_size_list(values.type):
-        values = pc.list_flatten(values)
-    if ft["dtype"] == "string":
-        if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
-            raise UserInputError(f"{source}: column {name!r} has Arrow type {column.type}: expected strings "
-                                 f"(feature dtype 'string')")
-        arr = np.asarray(values.to_pylist(), dtype=object)
-    else:
-        if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
-                or pa.types.is_boolean(values.type)):
-            raise UserInputError(f"{source}: column {name!r} has Arrow type {column.type}: expected numbers of "
-                                 f"dtype {ft['dtype']}")
-        if values.null_count:
-            raise UserInputError(f"{source}: column {name!r} holds {values.null_count} missing values: expected "
-                                 f"one value per element")
-        arr = values.to_numpy(zero_copy_only=False).astype(ft["dtype"], copy=False)
-    n = numel(shape)
-    if arr.shape[0] != rows * n:
-        per_row = arr.shape[0] / rows if rows else 0
-        raise UserInputError(f"{source}: column {name!r} holds {per_row:g} values per row: expected {n} (feature "
-                             f"shape {list(shape)} in meta/info.json)")
-    return arr if shape == (1,) else arr.reshape(rows, *shape)

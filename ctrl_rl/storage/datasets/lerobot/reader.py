@@ -3,7 +3,7 @@
 Shape letters: T frames of an episode, S rows (frames) in all, K episodes, O state dim, A action dim,
 H x W image size.
 
-The layout and where it is documented: ``lerobot_layout.py``. ``read_lerobot(root)`` checks the metadata
+The layout and where it is documented: ``layout.py``. ``read_lerobot(root)`` checks the metadata
 (``meta/info.json``, the episodes and tasks tables) against the files that hold the frames (their row counts and
 column types) and returns a ``LeRobotData``; frames are read per episode on demand:
 
@@ -17,20 +17,24 @@ column types) and returns a ``LeRobotData``; frames are read per episode on dema
 
 A dataset that disagrees with itself (missing files, shapes that are not the data's, an episodes table whose
 lengths are not the files' row counts) is refused with a ``UserInputError`` of one sentence naming the path.
+
+In the ``lerobot`` sub-package's order (layout < video < reader, writer) it imports ``layout`` and ``video``, never
+the writer.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets.lerobot_layout import (
+from ctrl_rl.storage.datasets.lerobot.layout import (
     EPISODES_DIR,
     INDEX_FEATURES,
     INFO_PATH,
@@ -39,13 +43,10 @@ from ctrl_rl.storage.datasets.lerobot_layout import (
     V2_TASKS_PATH,
     VERSIONS,
     check_features,
-    column_to_numpy,
     import_pyarrow,
-    load_json,
-    load_jsonl,
     video_keys,
 )
-from ctrl_rl.storage.datasets.lerobot_video import decode_frames
+from ctrl_rl.storage.datasets.lerobot.video import decode_frames
 from ctrl_rl.storage.datasets.offline import OfflineDataset
 
 IMAGE_PREFIX = "observation.images."
@@ -184,13 +185,8 @@ class LeRobotData:
     def _episode_rows(self, episode: int, ep: _Episode):
         """``(table of the episode's data file, first row, row count)``; the last file read is kept."""
         if self._cache is None or self._cache[0] != ep.data:
-            pq = import_pyarrow().parquet
             path = self.root / ep.data
-            try:
-                table = pq.read_table(path)
-            except (OSError, ValueError) as e:  # ArrowInvalid is a ValueError
-                raise UserInputError(f"{path} cannot be read as parquet ({type(e).__name__}: {e}): expected the "
-                                     f"frames of the episodes that the episodes table places there") from None
+            table = _read_parquet(path, "the frames of the episodes that the episodes table places there")
             self._cache = (ep.data, table, _spans(path, table))
         _, table, spans = self._cache
         lo, n = spans.get(episode, (0, 0))
@@ -413,6 +409,84 @@ def _check_data_files(data: LeRobotData) -> None:
                                      f"{list(ft['shape'])} (feature shape in meta/info.json)")
 
 
+# ----- reading the files: JSON metadata, parquet tables, data columns -----
+
+def load_json(path: Path, what: str) -> Any:
+    """A JSON file, refused in one sentence when missing or malformed."""
+    if not path.is_file():
+        raise UserInputError(f"{path} does not exist: expected {what}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UserInputError(f"{path} cannot be read as JSON ({type(e).__name__}: {e}): expected {what}") from None
+
+
+def load_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file, one per non-empty line."""
+    if not path.is_file():
+        raise UserInputError(f"{path} does not exist: expected {what}")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise UserInputError(f"{path} line {n} is not JSON ({e}): expected {what}") from None
+        if not isinstance(row, dict):
+            raise UserInputError(f"{path} line {n} is not a JSON object: expected {what}")
+        rows.append(row)
+    return rows
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) if shape else 1
+
+
+def column_to_numpy(source: str, name: str, column, ft: dict[str, Any]) -> np.ndarray:
+    """A data-file column as ``[T,*shape]`` (``[T]`` for shape ``(1,)``) of the feature's dtype.
+
+    Accepts scalar columns, fixed-size and variable lists (nested for more dimensions); a column whose row size
+    is not the feature's shape is refused in one sentence naming the file."""
+    pa = import_pyarrow()
+    import pyarrow.compute as pc
+
+    shape = tuple(ft["shape"])
+    rows = len(column)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and rows:
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)  # [T] variable lists: all shape[0]
+        if (lengths != shape[0]).any():
+            bad = int(np.flatnonzero(lengths != shape[0])[0])
+            raise UserInputError(f"{source}: column {name!r} has a row of {lengths[bad]} values (row {bad}): "
+                                 f"expected {shape[0]} (feature shape {list(shape)} in meta/info.json)")
+    values = column
+    while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
+            pa.types.is_fixed_size_list(values.type):
+        values = pc.list_flatten(values)
+    if ft["dtype"] == "string":
+        if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+            raise UserInputError(f"{source}: column {name!r} has Arrow type {column.type}: expected strings "
+                                 f"(feature dtype 'string')")
+        arr = np.asarray(values.to_pylist(), dtype=object)
+    else:
+        if not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+                or pa.types.is_boolean(values.type)):
+            raise UserInputError(f"{source}: column {name!r} has Arrow type {column.type}: expected numbers of "
+                                 f"dtype {ft['dtype']}")
+        if values.null_count:
+            raise UserInputError(f"{source}: column {name!r} holds {values.null_count} missing values: expected "
+                                 f"one value per element")
+        arr = values.to_numpy(zero_copy_only=False).astype(ft["dtype"], copy=False)
+    n = numel(shape)
+    if arr.shape[0] != rows * n:
+        per_row = arr.shape[0] / rows if rows else 0
+        raise UserInputError(f"{source}: column {name!r} holds {per_row:g} values per row: expected {n} (feature "
+                             f"shape {list(shape)} in meta/info.json)")
+    return arr if shape == (1,) else arr.reshape(rows, *shape)
+
+
 def _spans(path: Path, table) -> dict[int, tuple[int, int]]:
     """``{episode: (first row, row count)}`` of a data file, whose episodes must each be one run of rows."""
     if "episode_index" not in table.column_names:
@@ -435,7 +509,7 @@ def _read_parquet(path: Path, what: str, columns: list[str] | None = None):
         raise UserInputError(f"{path} does not exist: expected {what}")
     try:
         return pq.read_table(path, columns=columns)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError) as e:  # ArrowInvalid is a ValueError
         raise UserInputError(f"{path} cannot be read as parquet ({type(e).__name__}: {e}): expected {what}") from None
 
 

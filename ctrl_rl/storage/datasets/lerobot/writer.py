@@ -2,12 +2,12 @@
 
 Shape letters: T frames of an episode, K episodes, D a feature's width, H x W image size.
 
-The files written are those ``lerobot-dataset`` 0.4.4 writes (layout in ``lerobot_layout.py``; checked against
+The files written are those ``lerobot-dataset`` 0.4.4 writes (layout in ``layout.py``; checked against
 ``tests/storage/fixtures/lerobot_v30_reference``, which that library wrote, and read back by it):
 
 * ``data/chunk-{c:03d}/file-{f:03d}.parquet``: one row group per episode, columns in the features' order, the index
   features last, vectors as fixed-size lists, the ``huggingface`` schema metadata of ``datasets`` 4;
-* ``videos/<key>/chunk-{c:03d}/file-{f:03d}.mp4``: the episodes of a video key back to back (``lerobot_video.py``);
+* ``videos/<key>/chunk-{c:03d}/file-{f:03d}.mp4``: the episodes of a video key back to back (``video.py``);
 * ``meta/episodes/chunk-000/file-000.parquet``: per episode its tasks, length, data and video locations,
   ``stats/<feature>/<stat>`` and ``meta/episodes/{chunk,file}_index``, then the caller's ``extra`` columns;
 * ``meta/tasks.parquet`` (task strings as the pandas index, so that ``pandas.read_parquet`` gives LeRobot's
@@ -32,6 +32,9 @@ LeRobot's on the same data.
 Atomic: everything is written in a hidden sibling directory (``.<name>.partial-<random>``) that ``finalize``
 renames to ``root``; an error while writing, ``abort()``, leaving a ``with`` block by an exception, or the
 writer being garbage-collected unfinished removes it, so a failed write leaves nothing at ``root``.
+
+In the ``lerobot`` sub-package's order (layout < video < reader, writer) it imports ``layout`` and ``video``; it
+never reads a dataset back, so it does not import the reader (the tests read what it wrote).
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ import os
 import shutil
 import uuid
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets.lerobot_layout import (
+from ctrl_rl.storage.datasets.lerobot.layout import (
     CHUNKS_SIZE,
+    CODEBASE_VERSION,
     DATA_FILE_MB,
     DATA_PATH,
     EPISODES_PATH,
@@ -63,9 +68,8 @@ from ctrl_rl.storage.datasets.lerobot_layout import (
     hf_features_metadata,
     import_pyarrow,
 )
-from ctrl_rl.storage.datasets.lerobot_video import VideoFileWriter, pick_encoder, video_info
+from ctrl_rl.storage.datasets.lerobot.video import VideoFileWriter, pick_encoder, video_info
 
-CODEBASE_VERSION = "v3.0"
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 STATS_SIDE = 150  # video statistics subsample frames of 300 pixels or more a side to about this many
 
@@ -78,7 +82,7 @@ class LeRobotWriter:
         root: where the dataset goes; must not exist yet.
         fps: frames per second of the recording (frame t of an episode is at ``t / fps`` seconds).
         features: ``{name: {"dtype", "shape", "names"}}`` without LeRobot's index features (added here);
-            dtypes: the numeric ones of ``lerobot_layout.NUMERIC_DTYPES`` with shape ``(1,)`` or ``(D,)``,
+            dtypes: the numeric ones of ``layout.NUMERIC_DTYPES`` with shape ``(1,)`` or ``(D,)``,
             ``"string"`` with shape ``(1,)``, ``"video"`` with shape ``(H, W, 3)``.
         robot_type: recorded in ``meta/info.json`` (DROID: ``"Franka"``).
         codec: video encoder (``"libsvtav1"``, ``"libaom-av1"``, ``"libx264"``, or LeRobot's ``"av1"``/``"h264"``);

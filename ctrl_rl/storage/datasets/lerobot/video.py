@@ -12,6 +12,10 @@ to the open file (episode frames at ``from_timestamp + t / fps``, every episode 
 
 SVT-AV1 3.0 (the one in PyAV 15's wheels) crashes on frames narrower than 32 pixels; SVT-AV1 4 (PyAV 18) does
 not. Decoding uses whatever decoder FFmpeg picks (``libdav1d`` for AV1 in PyAV's wheels).
+
+Knows no path of the dataset's layout: the reader and the writer pass it files, frame rates and shapes. In the
+``lerobot`` sub-package's order (layout < video < reader, writer) it may import only ``layout``, and needs nothing
+from it.
 """
 
 from __future__ import annotations
@@ -24,11 +28,19 @@ from typing import Any
 import numpy as np
 
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets.lerobot_layout import import_av
 
 ENCODERS = ("libsvtav1", "libaom-av1", "libx264")
 """Encoders in order of preference when none is asked for."""
 _NAMES = {"av1": "libsvtav1", "h264": "libx264"}  # LeRobot's vcodec names -> FFmpeg encoders
+
+
+def import_av():
+    try:
+        import av
+    except ImportError:
+        raise UserInputError("reading or writing the videos of LeRobot datasets needs the av (PyAV) package: "
+                             "expected `pip install pyarrow av`") from None
+    return av
 
 
 def pick_encoder(requested: str | None = None) -> str:
