@@ -9,7 +9,7 @@ evaluation, export and ``ctrl-rl list algos`` read the registry; no other table 
     from ctrl_rl.algos.registry import AlgoEntry, register
     register(AlgoEntry("my_algo", MyConfig, MyAlgo, regime="off-policy", summary="..."))
 
-Regimes and the loop each one runs in (``ctrl_rl.learn``):
+Regimes (registered by the loops of ``ctrl_rl.learn``, ``learn/regimes.py``) and their data flows:
 
 - ``on-policy``: envs -> rollout storage -> ``update(rollout)`` (PPO).
 - ``off-policy``: envs -> replay buffer -> ``update(batch)`` x UTD (SAC, SAC Flow).
@@ -41,18 +41,12 @@ registered entry.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Mapping
 
 from ctrl_rl.core.protocols import Algorithm, Info
-from ctrl_rl.errors import UserInputError
+from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.world_models.protocol import DynamicsModel
-
-Regime = Literal["on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
-                 "model-based-recurrent", "actor-learner", "vla-finetuning"]
-REGIMES: tuple[str, ...] = ("on-policy", "off-policy", "offline", "offline-to-online", "world-model", "model-based",
-                            "model-based-recurrent", "actor-learner", "vla-finetuning")
 
 # update_step(algo, sampler, batch_size, config) -> info: one update drawing its batch(es) from ``sampler``
 UpdateStep = Callable[[Any, Any, int, Any], Info]
@@ -74,8 +68,8 @@ class AlgoEntry:
     make: Callable[..., Algorithm | DynamicsModel]
     """``make(config, spec, device, generator, **loop_kwargs) -> algorithm`` (a dynamics model for the
     ``world-model`` regime)."""
-    regime: Regime
-    """Which loop trains it (see the module docstring)."""
+    regime: str
+    """The data flow that trains it: a regime registered by a loop of ``ctrl_rl.learn`` (``learn/regimes.py``)."""
     summary: str
     """One line for ``ctrl-rl list algos``."""
     config_defaults: Mapping[str, Any] = field(default_factory=dict)
@@ -111,8 +105,6 @@ class AlgoEntry:
     (NeuBay: a LayerNorm residual ensemble); empty: the world-model entry's defaults."""
 
     def __post_init__(self) -> None:
-        if self.regime not in REGIMES:
-            raise ValueError(f"algorithm {self.name!r} has unknown regime {self.regime!r}: expected one of {REGIMES}")
         if not dataclasses.is_dataclass(self.config):
             raise TypeError(f"algorithm {self.name!r}: config must be a dataclass, got {self.config!r}")
         names = {f.name for f in dataclasses.fields(self.config)}
@@ -158,7 +150,6 @@ def get(name: str) -> AlgoEntry:
     """The entry called ``name``, or one sentence naming the unknown name and the known ones."""
     _load_builtin()
     if name not in _REGISTRY:
-        close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserInputError(f"unknown algorithm {name!r}{hint}: expected one of {sorted(_REGISTRY)}")
+        raise UserInputError(f"unknown algorithm {name!r}{did_you_mean(name, _REGISTRY)}: expected one of "
+                             f"{sorted(_REGISTRY)}")
     return _REGISTRY[name]

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from typing import Literal
 
 _DONE = False
 
@@ -67,22 +68,22 @@ def usable_cores() -> int:
     return n
 
 
-def default_threads(device_type: str, kind: str) -> int:
+def default_threads(device_type: str, kind: Literal["large-batches", "small-batches"]) -> int:
     """The most torch intra-op threads a ``--threads 0`` run uses; 0: leave torch's setting (not CPU).
 
     Measured alone on this 2-core machine (experiments/contention/contention.md, train seconds, medians):
-    "onpolicy" (PPO, minibatches of thousands of rows): 2 threads 6.0 s, 1 thread 9.1 s on the default
-    preset at 600k steps -> every usable core, governed by ThreadGovernor. "offpolicy" (SAC, batch 256:
-    7.6 s on 1 thread, 8-9.7 s on 2) and "offline" (IQL, batch 256: 7.2 s on 1, 7.1 s on 2, i.e. no gain)
+    "large-batches" (PPO, minibatches of thousands of rows): 2 threads 6.0 s, 1 thread 9.1 s on the default
+    preset at 600k steps -> every usable core, governed by ThreadGovernor. "small-batches" (SAC, batch 256:
+    7.6 s on 1 thread, 8-9.7 s on 2; IQL, batch 256: 7.2 s on 1, 7.1 s on 2, i.e. no gain)
     -> 1, where a second thread gains nothing alone and costs 3.4-5.4x when two runs share the machine.
     """
     if device_type != "cpu":
         return 0
-    if kind == "onpolicy":
+    if kind == "large-batches":
         return usable_cores()
-    if kind in ("offpolicy", "offline"):
+    if kind == "small-batches":
         return 1
-    raise ValueError(f"unknown loop kind {kind!r}: expected onpolicy, offpolicy or offline")
+    raise ValueError(f"unknown workload {kind!r}: expected large-batches or small-batches")
 
 
 def _affinity() -> list[int]:

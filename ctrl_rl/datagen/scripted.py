@@ -3,7 +3,7 @@
 ``ctrl-rl data generate --env manip:Lift --level scripted --format lerobot [--episodes 50] [--noise 0.1]``
 runs the task's scripted expert (``envs.manipulation.experts``) in ``--num-envs`` envs with the three cameras,
 optionally with Gaussian noise on its actions, and writes every finished episode with
-``storage.datasets.lerobot_write.LeRobotWriter``. Episodes that end without success are kept and marked
+``storage.datasets.lerobot.LeRobotWriter``. Episodes that end without success are kept and marked
 (``is_episode_successful`` false), so the data mix successes and failures as DROID does.
 
 Per frame, in the LeRobot DROID port's vocabulary (``droid_features``):

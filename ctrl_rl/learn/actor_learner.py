@@ -38,7 +38,8 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
+from ctrl_rl.learn.config import ActorLearnerLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_cat, obs_map, obs_to
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.errors import UserInputError
@@ -475,3 +476,13 @@ def _run(ctx: RunContext, run: RunConfig, algo, backend, update: int, step: int,
     if done_now and update % run.checkpoint_every != 0 and update != updates:
         checkpoint()
     return TrainResult(ctx.run_dir, step, update, last_return, ctx.wall_time(), algo)
+
+
+def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+           dist_info) -> TrainResult:
+    return train_actor_learner(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+register_regime(Regime(
+    "actor-learner", ActorLearnerLoopConfig, _train,
+    summary="actors (in-process, processes, Ray) -> segments with behaviour log-probs -> update(segments)"))

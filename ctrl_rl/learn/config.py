@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from ctrl_rl.errors import UserInputError
+from ctrl_rl.errors import UserInputError, did_you_mean
 
 
 def _positive_int(flag: str, v: Any) -> None:
@@ -156,7 +156,7 @@ class ModelBasedLoopConfig:
 
 @dataclass(frozen=True)
 class RecurrentModelBasedLoopConfig:
-    """Settings of the history-based model loop (``ctrl_rl.learn.neubay``; ALGORITHMS.md §5.3): where the model
+    """Settings of the history-based model loop (``ctrl_rl.learn.tape_rollouts``; ALGORITHMS.md §5.3): where the model
     comes from, how the collector imagines continuations of real histories, and the tape buffer the agent samples
     (``--total-steps`` counts gradient steps). Defaults: NeuBay's ``configs/d4rl_loco/base.yaml``."""
 
@@ -247,12 +247,6 @@ class VLALoopConfig:
         _positive_int("rollout-chunks", self.rollout_chunks)
 
 
-# The loop config of every regime (the loop each regime runs in is in ctrl_rl.learn.LOOPS).
-LOOP_CONFIGS: dict[str, type] = {"on-policy": OnPolicyLoopConfig, "off-policy": OffPolicyLoopConfig,
-                                 "offline-to-online": OffPolicyLoopConfig, "offline": OfflineLoopConfig,
-                                 "world-model": WorldModelLoopConfig, "model-based": ModelBasedLoopConfig,
-                                 "model-based-recurrent": RecurrentModelBasedLoopConfig,
-                                 "actor-learner": ActorLearnerLoopConfig, "vla-finetuning": VLALoopConfig}
 LoopConfig = (OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig | WorldModelLoopConfig
               | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig | VLALoopConfig)
 
@@ -385,11 +379,8 @@ def load_preset(name_or_path: str) -> Preset:
         return _read_preset(p)
     presets = list_presets()
     if name_or_path not in presets:
-        import difflib
-
-        close = difflib.get_close_matches(name_or_path, presets, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserInputError(f"unknown preset {name_or_path!r}: expected one of {sorted(presets)}{hint}")
+        raise UserInputError(f"unknown preset {name_or_path!r}: expected one of {sorted(presets)}"
+                             f"{did_you_mean(name_or_path, presets)}")
     return presets[name_or_path]
 
 
@@ -409,12 +400,8 @@ def from_dict(cls: type, data: dict, what: str = "config") -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(data) - names
     if unknown:
-        import difflib
-
         key = sorted(unknown)[0]
-        close = difflib.get_close_matches(key, names, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserInputError(f"unknown {what} key {key!r}{hint}: expected one of {sorted(names)}")
+        raise UserInputError(f"unknown {what} key {key!r}{did_you_mean(key, names)}: expected one of {sorted(names)}")
     kwargs = {}
     for k, v in data.items():
         kwargs[k] = _convert(hints[k], v, f"{what}.{k}")
@@ -445,10 +432,10 @@ def _convert(tp: Any, v: Any, what: str) -> Any:
 
 
 def loop_config_class(regime: str) -> type:
-    """The loop config class of a regime (the model-based and actor-learner loops bring their own later)."""
-    if regime not in LOOP_CONFIGS:
-        raise UserInputError(f"the {regime!r} regime has no training loop yet: expected one of {sorted(LOOP_CONFIGS)}")
-    return LOOP_CONFIGS[regime]
+    """The loop config class of a regime (``ctrl_rl.learn.regimes``)."""
+    from ctrl_rl.learn.regimes import get_regime  # the registry imports the loops, which import this module
+
+    return get_regime(regime).loop_config
 
 
 def ensure_loop(entry, run: RunConfig) -> RunConfig:

@@ -12,6 +12,7 @@ from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.core.protocols import Recurrent
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.regimes import get_regime
 from ctrl_rl.learn.runtime import build_env, setup_device
 from ctrl_rl.storage.datasets.scores import normalized_score
 
@@ -109,7 +110,7 @@ def load_policy(path: str, device: str = "cpu", env: str | None = None, seed: in
     saved = ck.get("config") if isinstance(ck.get("config"), dict) else {}
     entry, run, cfg = parse_saved({"algo": ck.get("algo"), "run": saved.get("run"), "config": saved.get("algo")},
                                   f"checkpoint {str(ck_path)!r}")
-    if entry.regime == "world-model":
+    if not get_regime(entry.regime).has_policy:
         raise UserInputError(f"{str(ck_path)!r} is a dynamics model run, which has no policy: expected the run of an "
                              f"agent (a dynamics run is used by the model-based agents with --model {path})")
     run = dataclasses.replace(run, env=env or run.env, device=device, reward_scale=False)

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import RunConfig, WorldModelLoopConfig, ensure_loop
+from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig, WorldModelLoopConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from ctrl_rl.learn.offline import env_spec, run_updates
@@ -39,11 +40,12 @@ from ctrl_rl.world_models.termination import get_termination, has_termination
 MODEL_FILE = "model.pt"
 MODEL_KIND = "dynamics-model-1"
 TRUE_MODEL = "true"  # --model true: the real simulator in the model's place
+WORLD_MODEL = "world-model"  # the regime of the dynamics fit, registered below
 
 
 def model_entry() -> registry.AlgoEntry:
     """The registered world-model algorithm (the dynamics ensemble) that agents fit first and load."""
-    found = [e for e in registry.entries() if e.regime == "world-model"]
+    found = [e for e in registry.entries() if e.regime == WORLD_MODEL]
     if len(found) != 1:
         raise RuntimeError(f"expected exactly one registered world-model algorithm, found {[e.name for e in found]}")
     return found[0]
@@ -256,3 +258,21 @@ def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume
         ctx.start(run.total_steps, step, f"{algo_name} {Path(run.dataset).name}", unit="upd")
         return run_updates(ctx, algo, lambda: entry.update_step(algo, sampler, loop.batch_size, cfg), step,
                            last_return, {}, max_iterations, rounds)
+
+
+def _train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+                    dist_info) -> TrainResult:
+    return train_dynamics(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+def _train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+                       dist_info) -> TrainResult:
+    return train_model_based(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+register_regime(Regime(
+    WORLD_MODEL, WorldModelLoopConfig, _train_dynamics, has_policy=False,
+    summary="dataset -> a dynamics ensemble fitted epoch by epoch (holdout, early stopping, elites) -> model.pt"))
+register_regime(Regime(
+    "model-based", ModelBasedLoopConfig, _train_model_based,
+    summary="dataset -> fitted model -> k-step rollouts of the actor -> model buffer -> update on real and imagined rows"))

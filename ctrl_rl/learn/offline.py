@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
+from ctrl_rl.learn.config import OfflineLoopConfig, OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.evaluate import evaluate_policy
 from ctrl_rl.learn.runtime import RunContext, TrainResult, build_env, load_state
@@ -129,3 +130,13 @@ def run_updates(ctx: RunContext, algo, update, step: int, last_return: float, re
     if done > 0 and saved_at != step:
         checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
     return TrainResult(ctx.run_dir, step, step, last_return, ctx.wall_time(), algo)
+
+
+def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+           dist_info) -> TrainResult:
+    return train_offline(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+register_regime(Regime(
+    "offline", OfflineLoopConfig, _train,
+    summary="dataset -> replay buffer -> update(batch), evaluated in the env"))

@@ -14,7 +14,7 @@ transitions. With the replay saved, a resumed run on torch-native envs equals th
 Offline-to-online runs use the same loop: ``--init`` starts from a pre-trained checkpoint of one of the
 entry's ``init_from`` algorithms (its ``init_fields`` replace the config's), ``--dataset`` with ``offline_ratio``
 mixes offline data into every batch, ``clip_actions`` clips stored actions. An entry with a ``pretrain_step``
-first runs an offline pre-training run (``ctrl_rl.learn.train``). With ``--eval-every K`` (env steps) the
+first runs an offline pre-training run (``ctrl_rl.learn.offline_to_online``). With ``--eval-every K`` (env steps) the
 deterministic policy is evaluated at step 0 and every K steps, logging ``eval_return`` and ``normalized_score``.
 """
 
@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
+from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
@@ -268,3 +269,13 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline
     if done_iters > 0 and saved_at != it:
         checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
     return TrainResult(ctx.run_dir, step, it, last_return, ctx.wall_time(), algo)
+
+
+def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+           dist_info) -> TrainResult:
+    return train_offpolicy(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+register_regime(Regime(
+    "off-policy", OffPolicyLoopConfig, _train,
+    summary="envs -> replay buffer -> update(batch) x UTD"))

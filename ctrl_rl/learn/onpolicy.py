@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
+from ctrl_rl.learn.config import OnPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_cat, obs_index, obs_map, obs_nbytes, obs_to
 from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
@@ -259,3 +260,8 @@ def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, ma
     if done_iters > 0 and it % run.checkpoint_every != 0 and it != iterations:
         checkpoint(it)  # an early stop (max_iterations) leaves a resumable checkpoint
     return TrainResult(ctx.run_dir, step, it, last_return, ctx.wall_time(), algo)
+
+
+register_regime(Regime(
+    "on-policy", OnPolicyLoopConfig, train_onpolicy,
+    summary="envs -> rollout storage [T,N] -> returns -> update(rollout); data-parallel under torchrun"))

@@ -33,7 +33,7 @@ from ctrl_rl.core.obs import obs_nbytes
 from ctrl_rl.core.perf import ThreadGovernor, default_threads, tune_allocator
 from ctrl_rl.core.provenance import code_version
 from ctrl_rl.core.seeding import seed_everything
-from ctrl_rl.envs.registry import make_env
+from ctrl_rl.envs.registry import make_env, spec_of
 from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
@@ -90,12 +90,9 @@ def check_memory(nbytes: int, what: str, flags: str, device: torch.device) -> No
 
 
 def probe_spec(run: RunConfig):
-    """The spec of ``run.env`` from a one-env instance (checks the id before anything large is built)."""
-    probe = make_env(run.env, num_envs=1, device=run.device, seed=run.seed)
-    try:
-        return probe.spec
-    finally:
-        probe.close()
+    """The spec of ``run.env`` (``spec_of``: no env built where its backend can avoid it); checks the id before
+    anything large is built."""
+    return spec_of(run.env)
 
 
 # A torch-native env keeps a few tensors of the observation's size per env (state, observation, final
@@ -163,7 +160,7 @@ class RunContext:
         self.device = setup_device(run.device, run.threads)
         self.governor: ThreadGovernor | None = None
         if run.threads == 0 and self.device.type == "cpu":
-            most = min(default_threads("cpu", "offpolicy" if single_thread else "onpolicy"), self.threads_on_entry)
+            most = min(default_threads("cpu", "small-batches" if single_thread else "large-batches"), self.threads_on_entry)
             if most > 1:
                 self.governor = ThreadGovernor(most)
             else:

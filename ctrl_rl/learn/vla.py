@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
+from ctrl_rl.learn.config import VLALoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.returns import successful_episode_steps
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
@@ -217,10 +218,7 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
               "config but change nothing", file=sys.stderr)
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
         spec = env_spec(run, algo_name, True)
-        probe = build_env(run, 1, run.seed)
-        base = probe.unwrapped() if callable(getattr(probe, "unwrapped", None)) else probe
-        action_space = getattr(base, "action_space_name", "") or ""
-        probe.close()
+        action_space = spec.action_space_name or ""  # the robot's action space the env's actions are (EnvSpec)
         gen = ctx.seed(run.seed)
         algo = entry.make(cfg, spec, ctx.device, gen)
         demos = load_demos(run.dataset, algo.cameras, algo.image_hw, cfg.chunk, spec.action_dim, action_space,
@@ -277,3 +275,13 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
         finally:
             if collector is not None:
                 collector.env.close()
+
+
+def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+           dist_info) -> TrainResult:
+    return train_vla(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+register_regime(Regime(
+    "vla-finetuning", VLALoopConfig, _train,
+    summary="LeRobot demonstrations (and chunk rollouts in a simulator) -> update of a VLA model"))

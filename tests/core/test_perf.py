@@ -90,9 +90,9 @@ def test_governor_polls_from_optimizer_steps(clock):
 
 def test_default_threads_per_loop_kind(monkeypatch):
     monkeypatch.setattr(perf, "usable_cores", lambda: 8)
-    assert perf.default_threads("cpu", "onpolicy") == 8
-    assert perf.default_threads("cpu", "offpolicy") == perf.default_threads("cpu", "offline") == 1
-    assert perf.default_threads("cuda", "onpolicy") == 0
+    assert perf.default_threads("cpu", "large-batches") == 8
+    assert perf.default_threads("cpu", "small-batches") == 1
+    assert perf.default_threads("cuda", "large-batches") == 0
     with pytest.raises(ValueError):
         perf.default_threads("cpu", "bandit")
 

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
+from ctrl_rl.learn.config import RecurrentModelBasedLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.model_based import load_model, model_source, termination_for
 from ctrl_rl.learn.offline import env_spec, run_updates
@@ -125,3 +126,13 @@ def train_neubay(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: boo
             return algo.update(buffer.sample(loop.batch_transitions, algo.gen))
 
         return run_updates(ctx, algo, update, step, last_return, {"u_max": u_max}, max_iterations, rounds)
+
+
+def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
+           dist_info) -> TrainResult:
+    return train_neubay(run, algo_name, cfg, run_dir, resume, max_iterations)
+
+
+register_regime(Regime(
+    "model-based-recurrent", RecurrentModelBasedLoopConfig, _train,
+    summary="dataset -> fitted model -> history prefixes continued in the model -> episode tapes -> update(tapes)"))

@@ -1,0 +1,81 @@
+"""Regimes: one registered object per way data moves through training, each with its loop and its loop config.
+
+An algorithm's registry entry names its regime (``AlgoEntry.regime``); the regime says which loop runs it, which
+loop config holds that loop's settings (``RunConfig.loop``; on the command line beside the run's and the
+algorithm's flags) and whether the run ends with a policy. Each loop module registers the regime(s) it runs at its
+end, the way each algorithm file registers its entry; this module only holds the registry, so no other table of
+regime names exists (``tests/learn/test_regimes.py``).
+
+    register_regime(Regime("on-policy", OnPolicyLoopConfig, train_onpolicy, summary="envs -> rollouts -> update"))
+
+Every ``train`` has one signature: ``train(run, algo_name, cfg, run_dir, resume, max_iterations, dist_info)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ctrl_rl.errors import UserInputError
+
+if TYPE_CHECKING:
+    from ctrl_rl.learn.config import RunConfig
+    from ctrl_rl.learn.distributed import DistInfo
+    from ctrl_rl.learn.runtime import TrainResult
+
+
+
+class TrainFn(Protocol):
+    def __call__(self, run: RunConfig, algo_name: str, cfg: Any, run_dir: Path, resume: bool,
+                 max_iterations: int | None, dist_info: DistInfo) -> TrainResult: ...
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str
+    """What ``AlgoEntry.regime`` says: the data flow, never an algorithm's name."""
+    loop_config: type
+    """The frozen dataclass of the loop's settings (``RunConfig.loop``)."""
+    train: TrainFn
+    """Runs one algorithm of this regime from ``run`` into ``run_dir`` (resumable)."""
+    summary: str
+    """The data flow in one line, for ``ctrl-rl list algos`` and the docs."""
+    has_policy: bool = True
+    """False where a run ends with no policy to evaluate or export (a fitted dynamics model)."""
+
+
+_REGIMES: dict[str, Regime] = {}
+
+
+def register_regime(regime: Regime) -> Regime:
+    if regime.name in _REGIMES and _REGIMES[regime.name] is not regime:
+        raise ValueError(f"regime {regime.name!r} is already registered")
+    _REGIMES[regime.name] = regime
+    return regime
+
+
+def _load_builtin() -> None:
+    """Import every module of ``ctrl_rl.learn`` once: the loop modules register their regimes when imported."""
+    import ctrl_rl.learn as learn
+
+    for mod in pkgutil.iter_modules(learn.__path__):
+        importlib.import_module(f"ctrl_rl.learn.{mod.name}")
+
+
+def regimes() -> list[Regime]:
+    _load_builtin()
+    return [_REGIMES[n] for n in sorted(_REGIMES)]
+
+
+def get_regime(name: str) -> Regime:
+    """The regime called ``name``, or one sentence naming it and the registered ones."""
+    _load_builtin()
+    if name not in _REGIMES:
+        close = difflib.get_close_matches(str(name), _REGIMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserInputError(f"unknown regime {name!r}{hint}: expected one of {sorted(_REGIMES)}")
+    return _REGIMES[name]
