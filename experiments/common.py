@@ -40,7 +40,8 @@ def run_preset(preset: str, seed: int, total_steps: int, algo: str = "ppo", extr
     import time
 
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "ctrl_rl", "train", algo, "--preset", str(ROOT / f"experiments/presets/{preset}.json"),
+        cmd = [sys.executable, "-m", "ctrl_rl", "train", algo,
+               "--preset", str(ROOT / f"experiments/presets/{preset}.json"),
                "--seed", str(seed), "--total-steps", str(total_steps), "--run-dir", f"{d}/r", "--no-progress", *extra]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
@@ -71,7 +72,8 @@ def runs_commit(run_dirs) -> str:
         unrecorded |= not commits or commits[0] is None
         seen += [c for c in commits if c and c not in seen]
     if unrecorded or not seen:
-        seen.append(f"{git_commit()} (now: {'some runs did not record theirs' if seen else 'no run recorded its code'})")
+        seen.append(f"{git_commit()} "
+                    f"(now: {'some runs did not record theirs' if seen else 'no run recorded its code'})")
     return ", ".join(seen)
 
 

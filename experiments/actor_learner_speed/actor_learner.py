@@ -34,7 +34,8 @@ RESULTS = Path(__file__).resolve().parent  # this study's folder: its results li
 
 def run(args: list[str]) -> float:
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "ctrl_rl", "train", *args, "--run-dir", f"{d}/r", "--no-progress", "--threads", "1"]
+        cmd = [sys.executable, "-m", "ctrl_rl", "train", *args, "--run-dir", f"{d}/r", "--no-progress",
+               "--threads", "1"]
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
         rows = [json.loads(x) for x in Path(f"{d}/r/metrics.jsonl").read_text().splitlines()]
     sps = [r["sps"] for r in rows[1:]] or [rows[-1]["sps"]]
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
                       flush=True)
     lines = ["# Actor-learner learner throughput", "",
              f"`python experiments/actor_learner_speed/actor_learner.py --env {a.env} --steps {a.steps} "
-             f"--num-envs {a.num_envs} --unroll {a.unroll} --repeats {a.repeats}` (commit {git_commit()}): medians over "
+             f"--num-envs {a.num_envs} --unroll {a.unroll} --repeats {a.repeats}` (commit {git_commit()}): "
+             "medians over "
              f"{a.repeats} repeats of the run's median logged env-steps/s (first interval excluded).", "",
              "| configuration | env-steps/s | vs PPO (same repeat, same total envs) |", "|---|---|---|"]
     for k, v in results.items():

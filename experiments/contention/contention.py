@@ -253,21 +253,25 @@ def median(xs: list[float]) -> float | None:
 def summarize(all_reps: list[dict]) -> dict:
     clean = [r for r in all_reps
              if max(r["solo"]["foreign_load"], r["pair"]["foreign_load"] if r["pair"] else 0.0) <= CLEAN_FOREIGN]
-    out = {"all": _summary(all_reps), "clean": _summary(clean) if clean else None, "n": len(all_reps), "n_clean": len(clean)}
+    out = {"all": _summary(all_reps), "clean": _summary(clean) if clean else None, "n": len(all_reps),
+           "n_clean": len(clean)}
     return out
 
 
 def _summary(reps: list[dict]) -> dict:
     solo = [r["solo"]["procs"][0] for r in reps]
     if any(r["pair"] is None for r in reps):  # --solo-only
-        return {"solo_wall_s": median([s["wall_s"] for s in solo]), "solo_train_s": median([s["train_s"] for s in solo]),
+        return {"solo_wall_s": median([s["wall_s"] for s in solo]),
+                "solo_train_s": median([s["train_s"] for s in solo]),
                 "solo_cpu_s": median([s["cpu_s"] for s in solo]), "solo_train_all": [s["train_s"] for s in solo],
-                "solo_wall_all": [s["wall_s"] for s in solo], "load1_before": median([s["load1_at_start"] for s in solo]),
+                "solo_wall_all": [s["wall_s"] for s in solo],
+                "load1_before": median([s["load1_at_start"] for s in solo]),
                 "foreign_load": median([r["solo"]["foreign_load"] for r in reps])}
     pair = [r["pair"]["procs"] for r in reps]
     slow = [max(p["wall_s"] for p in pr) / s["wall_s"] for s, pr in zip(solo, pair)]
     mean_slow = [statistics.mean(p["wall_s"] for p in pr) / s["wall_s"] for s, pr in zip(solo, pair)]
-    train_slow = [max(p["train_s"] for p in pr) / s["train_s"] if s["train_s"] and all(p["train_s"] for p in pr) else None
+    train_slow = [max(p["train_s"] for p in pr) / s["train_s"]
+                  if s["train_s"] and all(p["train_s"] for p in pr) else None
                   for s, pr in zip(solo, pair)]
     return {
         "solo_wall_s": median([s["wall_s"] for s in solo]),
@@ -315,7 +319,8 @@ def markdown_run(payload: dict) -> list[str]:
         lines += [payload["note"], ""]
     for wl, res in payload["workloads"].items():
         lines += [f"### {wl}: `{res['command']}`", "",
-                  "| setting | solo s (train s) | concurrent s, each copy (train s) | slowdown [repeats] | train-time slowdown "
+                  "| setting | solo s (train s) | concurrent s, each copy (train s) | slowdown [repeats] "
+                 "| train-time slowdown "
                   "| CPU s solo / concurrent | load1 before | foreign |",
                   "|---|---|---|---|---|---|---|---|"]
         solo_only = any("pair_wall_s" not in (r["summary"]["all"] or {}) for r in res["settings"].values())
@@ -333,7 +338,8 @@ def markdown_run(payload: dict) -> list[str]:
                 continue
             conc = " / ".join(f"{w} ({t})" for w, t in zip(s["pair_wall_s"], s["pair_train_s"]))
             to = " (timed out)" if s["any_timed_out"] else ""
-            lines.append(f"| {name} ({which}) | {s['solo_wall_s']} ({s['solo_train_s']}) | {conc}{to} | **{s['slowdown']}x** "
+            lines.append(f"| {name} ({which}) | {s['solo_wall_s']} ({s['solo_train_s']}) | {conc}{to} | "
+                         f"**{s['slowdown']}x** "
                          f"{s['slowdown_all']} | {s['slowdown_train']}x | {s['solo_cpu_s']} / "
                          f"{' / '.join(str(c) for c in s['pair_cpu_s'])} | {s['load1_before']} | {s['foreign_load']} |")
         lines += [""] + [f"- **{n}**: {r['note']}" for n, r in res["settings"].items()] + [""]
@@ -348,7 +354,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--total-steps", type=int, default=None, help="override the workload's reduced budget")
     ap.add_argument("--extra", default="", help="flags appended to every command")
-    ap.add_argument("--timeout", type=float, default=600.0, help="kill a measurement's processes after this many seconds")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="kill a measurement's processes after this many seconds")
     ap.add_argument("--out", default="contention", help="experiments/contention/<out>.{json,md}")
     ap.add_argument("--quiet-wait", type=float, default=60.0,
                     help="before each measurement wait up to this many s for other processes to go quiet (0: don't)")
@@ -364,7 +371,8 @@ def main() -> None:
 
     import torch
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), platform.machine())
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
+               platform.machine())
     machine = {"cores": os.cpu_count(), "cpu": cpu,
                "torch": torch.__version__,
                "parallel_backend": torch.__config__.parallel_info().split("ATen parallel backend: ")[1].split("\n")[0],
@@ -413,13 +421,15 @@ def main() -> None:
                               f"foreign {solo['foreign_load']:.2f}", flush=True)
                         continue
                     pp = pair["procs"]
-                    print(f"[{wl} r{rep} {time.strftime('%H:%M:%S')}] {s.name:15s} solo {sp['wall_s']:7.1f}s (train {sp['train_s']})  "
+                    print(f"[{wl} r{rep} {time.strftime('%H:%M:%S')}] {s.name:15s} "
+                          f"solo {sp['wall_s']:7.1f}s (train {sp['train_s']})  "
                           f"pair {pp[0]['wall_s']:7.1f}s / {pp[1]['wall_s']:7.1f}s  "
                           f"slowdown {max(p['wall_s'] for p in pp) / sp['wall_s']:.2f}x  "
                           f"cpu {sp['cpu_s']:.0f} / {pp[0]['cpu_s']:.0f}+{pp[1]['cpu_s']:.0f}  "
-                          f"load1 {sp['load1_at_start']:.2f} foreign {solo['foreign_load']:.2f}/{pair['foreign_load']:.2f}",
+                          f"load1 {sp['load1_at_start']:.2f} "
+                          f"foreign {solo['foreign_load']:.2f}/{pair['foreign_load']:.2f}",
                           flush=True)
-            for name, r in res["settings"].items():
+            for _name, r in res["settings"].items():
                 r["summary"] = summarize(r["repeats"])
             machine["load_at_end"] = open("/proc/loadavg").read().strip()
             runs = previous + [payload]

@@ -56,8 +56,10 @@ RESULTS = Path(__file__).resolve().parent  # this study's folder: its results li
 LIBS = ("ctrl_rl", "d3rlpy")
 ALGOS = ("iql", "cql")
 CQL_MATCHED = ("--num-critics 2 --target-subset 2 --no-layer-norm --no-actor-layer-norm --final-hidden-scale 1 "
-               "--actor-hidden 256 256 256 --critic-hidden 256 256 256 --actor-lr 1e-4 --critic-lr 3e-4 --alpha-lr 1e-4 "
-               "--init-alpha 1 --no-backup-entropy --alpha-cql 5 --no-lagrange --num-cql-samples 10 --importance-sampling "
+               "--actor-hidden 256 256 256 --critic-hidden 256 256 256 --actor-lr 1e-4 --critic-lr 3e-4 "
+               "--alpha-lr 1e-4 "
+               "--init-alpha 1 --no-backup-entropy --alpha-cql 5 --no-lagrange --num-cql-samples 10 "
+               "--importance-sampling "
                "--no-max-target-backup --no-calql")
 
 
@@ -74,7 +76,8 @@ def command(a: argparse.Namespace, lib: str, algo: str, seed: int, data: str) ->
                 "--eval-episodes", str(a.eval_episodes), "--run-dir", str(d)]
     extra = shlex.split(CQL_MATCHED) if algo == "cql" else []
     return [sys.executable, "-m", "ctrl_rl", "train", algo, "--dataset", data, "--env", a.env, "--total-steps",
-            str(a.steps), "--eval-every", str(a.eval_every), "--eval-episodes", str(a.eval_episodes), "--seed", str(seed),
+            str(a.steps), "--eval-every", str(a.eval_every), "--eval-episodes", str(a.eval_episodes),
+           "--seed", str(seed),
             "--run-dir", str(d), "--threads", "1", "--checkpoint-every", str(a.steps), "--no-progress", *extra,
             *shlex.split(a.ctrl_args)]
 
@@ -207,7 +210,8 @@ def summarize(a: argparse.Namespace) -> None:
             continue
         t, df = w
         md.append(f"- {algo.upper()}: ctrl_rl − d3rlpy = {statistics.mean(x) - statistics.mean(y):+.1f} points "
-                  f"(Welch t = {t:.2f}, df = {df:.1f}, two-sided p = {t_two_sided_p(t, df):.2f}; n = {len(x)} vs {len(y)})")
+                  f"(Welch t = {t:.2f}, df = {df:.1f}, two-sided p = {t_two_sided_p(t, df):.2f}; "
+                 f"n = {len(x)} vs {len(y)})")
     (RESULTS / "d3rlpy_compare.md").write_text("\n".join(md) + "\n")
     (RESULTS / "d3rlpy_compare.json").write_text(json.dumps(payload, indent=1) + "\n")
     plot(results, RESULTS / "d3rlpy_compare.png", own[1] if own else None)

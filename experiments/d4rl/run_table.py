@@ -119,7 +119,7 @@ class Job:
     seed: int
     budget: int
     run_dir: Path
-    dep: "Job | None" = None
+    dep: Job | None = None
 
     @property
     def name(self) -> str:
@@ -137,11 +137,14 @@ class Job:
 
 def grid_spec(a: argparse.Namespace) -> dict:
     """The grid's definition as recorded in grid.json and printed in the results."""
-    return {"tasks": a.tasks, "offline_levels": a.offline_levels, "o2o_datasets": [dataset_id(d) for d in a.o2o_datasets],
-            "seeds": a.seeds, "offline_steps": a.offline_steps, "online_steps": a.online_steps, "eval_every": a.eval_every,
+    return {"tasks": a.tasks, "offline_levels": a.offline_levels,
+            "o2o_datasets": [dataset_id(d) for d in a.o2o_datasets],
+            "seeds": a.seeds, "offline_steps": a.offline_steps, "online_steps": a.online_steps,
+            "eval_every": a.eval_every,
             "online_eval_every": a.online_eval_every, "eval_episodes": a.eval_episodes, "iql_args": a.iql_args,
             "cql_args": a.cql_args, "o2o_args": a.o2o_args, "generate_args": a.generate_args,
-            "offline_algos": a.offline_algos, "mb_algos": a.mb_algos, "mb_steps": a.mb_steps if a.mb_steps is not None else a.offline_steps,
+            "offline_algos": a.offline_algos, "mb_algos": a.mb_algos,
+            "mb_steps": a.mb_steps if a.mb_steps is not None else a.offline_steps,
             "dynamics_epochs": a.dynamics_epochs, "neubay_model": a.neubay_model, "mopo_args": a.mopo_args,
             "ravl_args": a.ravl_args, "neubay_args": a.neubay_args, "dynamics_args": a.dynamics_args}
 
@@ -316,7 +319,8 @@ class Launcher:
                 p.terminate()
 
 
-def resolve_datasets(names: list[str], g: dict, runs: Path, launcher: Launcher, files: dict[str, str]) -> dict[str, str]:
+def resolve_datasets(names: list[str], g: dict, runs: Path, launcher: Launcher,
+                     files: dict[str, str]) -> dict[str, str]:
     """Dataset id -> what to pass as --dataset: an override file, a recorded or resolvable id, or the file
     `ctrl-rl data generate` writes (run once per dataset, remembered in datasets.json)."""
     record_path = runs / "datasets.json"
@@ -345,7 +349,8 @@ def resolve_datasets(names: list[str], g: dict, runs: Path, launcher: Launcher, 
             rc, stdout = launcher.run(generate, runs / "logs" / f"data-{ds}.log", f"data {ds}")
             paths = [json.loads(x)["path"] for x in stdout.splitlines() if x.startswith("{") and '"path"' in x]
             if rc != 0 or not paths:
-                print(f"[fail] data {ds}: exit {rc}, no path printed; see {runs / 'logs' / f'data-{ds}.log'}", flush=True)
+                print(f"[fail] data {ds}: exit {rc}, no path printed; see {runs / 'logs' / f'data-{ds}.log'}",
+                      flush=True)
                 continue
             out[ds] = paths[-1]
         record[ds] = out[ds]
@@ -445,7 +450,8 @@ def run_summary(job: Job) -> dict:
            "warmup_steps": _learning_starts(cfg) if job.method in O2O else None}
     if not curve:
         return out
-    out.update(final_return=curve[-1][2], final_score_d4rl=curve[-1][1], final_score_local=_score(env, curve[-1][2], "local"))
+    out.update(final_return=curve[-1][2], final_score_d4rl=curve[-1][1],
+               final_score_local=_score(env, curve[-1][2], "local"))
     if job.method in O2O:
         scores = [(s, y) for s, y, _ in curve if y is not None]
         if scores and scores[0][0] == 0:
@@ -469,7 +475,8 @@ def cell(runs: list[dict], field: str, n_seeds: int) -> str:
         text = f"{statistics.fmean(done):.1f}{sd} (n={len(done)})"
     else:
         text = "—"
-    notes = [f"{len(part)} incomplete" + (f", at {part[0]['steps_done']:,}/{part[0]['budget']:,}" if len(part) == 1 else "")
+    notes = [f"{len(part)} incomplete"
+             + (f", at {part[0]['steps_done']:,}/{part[0]['budget']:,}" if len(part) == 1 else "")
              if part else "", f"{missing} missing" if missing > 0 else ""]
     notes = [x for x in notes if x]
     return text + (f" [{'; '.join(notes)}]" if notes else "")
@@ -485,21 +492,26 @@ def wsrl_checks(ds: str, by: dict) -> list[str]:
     w, r, c = by.get(("wsrl", ds), []), by.get(("rlpd", ds), []), by.get(("cql", ds), [])
     lines = [f"**{ds}**"]
     pairs = [(x["step0_score"], y["final_score_d4rl"]) for x in w for y in c
-             if x["seed"] == y["seed"] and y["complete"] and x["step0_score"] is not None and y["final_score_d4rl"] is not None]
+             if x["seed"] == y["seed"] and y["complete"] and x["step0_score"] is not None
+             and y["final_score_d4rl"] is not None]
     if pairs:
         gap = max(abs(a - b) for a, b in pairs)
-        lines.append(f"- (a) step-0 score = CQL's final score: WSRL step 0 {statistics.fmean(a for a, _ in pairs):.1f} vs "
-                     f"CQL final {statistics.fmean(b for _, b in pairs):.1f} over {len(pairs)} seed(s), largest per-seed "
+        lines.append(f"- (a) step-0 score = CQL's final score: "
+                     f"WSRL step 0 {statistics.fmean(a for a, _ in pairs):.1f} vs "
+                     f"CQL final {statistics.fmean(b for _, b in pairs):.1f} over {len(pairs)} seed(s), "
+                     f"largest per-seed "
                      f"difference {gap:.2f} -> {'holds' if gap < 0.5 else 'DOES NOT hold'}.")
     else:
-        lines.append("- (a) step-0 score = CQL's final score: not answerable yet (no WSRL run with a complete CQL run).")
+        lines.append("- (a) step-0 score = CQL's final score: not answerable yet "
+                     "(no WSRL run with a complete CQL run).")
     per = [(x["step0_score"], x["min_after_warmup"]) for x in w
            if x["complete"] and x["step0_score"] is not None and x["min_after_warmup"] is not None]
     warm = next((x["warmup_steps"] for x in w if x["warmup_steps"] is not None), 0)
     if per:
         s0, lo = statistics.fmean(a for a, _ in per), statistics.fmean(b for _, b in per)
         bad = sum(b < COLLAPSE * a for a, b in per)
-        lines.append(f"- (b) no collapse after the warm-up ({warm:,} env steps): lowest score after it {lo:.1f} (mean over "
+        lines.append(f"- (b) no collapse after the warm-up ({warm:,} env steps): lowest score after it {lo:.1f} "
+                     f"(mean over "
                      f"seeds of each run's minimum) vs step 0 {s0:.1f} (dip {s0 - lo:.1f} points); collapse (minimum "
                      f"below {COLLAPSE:.0%} of the run's step-0 score) in {bad} of {len(per)} seed(s) -> "
                      f"{'no collapse' if bad == 0 else 'COLLAPSE'}.")
@@ -590,7 +602,10 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
         rec = {"dataset": ds, "published_v2_dataset": f"{task}-{level}-v2"}
         own = dataset_average(ds, datasets.get(ds, ds), runs)
         rec["dataset_average"] = own
-        f = (lambda v: "—" if v is None else f"{v:.1f}")
+
+        def f(v):
+            return "—" if v is None else f"{v:.1f}"
+
         md.append("| " + " | ".join([ds, f"dataset itself (return {f(own and own['return_mean'])})",
                                      f(own and own["d4rl"])] + ([f(own and own["local"])] if has_local else [])
                                     + ["—"]) + " |")
@@ -628,7 +643,8 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
                "Step 0 is the evaluation before any online step (WSRL, retained: the CQL policy; RLPD: a fresh one); "
                "min after warm-up is the lowest evaluation after the run's warm-up (`learning_starts`); mean over the "
                "run is the area under the score curve divided by the budget (trapezoids between evaluations).", "",
-               "| dataset | method | step 0 | final | min after warm-up | mean over the run |", "|---|---|---|---|---|---|"]
+               "| dataset | method | step 0 | final | min after warm-up | mean over the run |",
+               "|---|---|---|---|---|---|"]
         fields = ("step0_score", "final_score_d4rl", "min_after_warmup", "auc_mean_score")
         for ds in g["o2o_datasets"]:
             for m in O2O:
@@ -646,7 +662,8 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "d4rl.md").write_text(text)
     fields = ["algo", "method", "dataset", "env", "seed", "budget", "run_budget", "unit", "steps_done", "complete",
-              "final_return", "final_score_d4rl", "final_score_local", "step0_score", "min_after_warmup", "auc_mean_score",
+              "final_return", "final_score_d4rl", "final_score_local", "step0_score", "min_after_warmup",
+             "auc_mean_score",
               "warmup_steps", "wall_time_s", "run_dir"]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
@@ -745,7 +762,8 @@ def plot(by: dict, datasets: list[str], methods: tuple[str, ...], dest: Path, xl
             sd = [statistics.stdev(pts[x]) if len(pts[x]) > 1 else 0.0 for x in xs]
             n = max(len(v) for v in pts.values())
             line, = ax.plot(xs, mu, lw=1.4, label=f"{m} (n={n})", color=f"C{k}")
-            ax.fill_between(xs, [a - b for a, b in zip(mu, sd)], [a + b for a, b in zip(mu, sd)], color=line.get_color(), alpha=0.2)
+            ax.fill_between(xs, [a - b for a, b in zip(mu, sd)], [a + b for a, b in zip(mu, sd)],
+                            color=line.get_color(), alpha=0.2)
             if published and m in PUBLISHED.get((task, level), {}):
                 ax.axhline(PUBLISHED[task, level][m], ls="--", lw=0.9, color=line.get_color(),
                            label=f"{m} published v2 (different data)")

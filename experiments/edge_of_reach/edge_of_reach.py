@@ -114,7 +114,8 @@ def fresh_command(a: argparse.Namespace, algo: str) -> list[str]:
 def command(a: argparse.Namespace, algo: str) -> list[str]:
     d = run_dir(a, algo)
     if checkpoint_step(d) is not None:
-        return [sys.executable, "-m", "ctrl_rl", "train", algo, "--resume", str(d), "--total-steps", str(steps_of(a, algo)),
+        return [sys.executable, "-m", "ctrl_rl", "train", algo, "--resume", str(d),
+                "--total-steps", str(steps_of(a, algo)),
                 "--threads", str(a.threads), "--no-progress"]
     return fresh_command(a, algo)
 
@@ -241,7 +242,8 @@ def read_run(d: Path) -> dict:
                 pass
     cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").is_file() else {}
     q = [(r["step"], r.get("stats/q_mean"), r.get("stats/q_max")) for r in rows if r.get("stats/q_mean") is not None]
-    ev = [(r["step"], r["episode_return"], r.get("normalized_score")) for r in rows if r.get("episode_return") is not None]
+    ev = [(r["step"], r["episode_return"], r.get("normalized_score")) for r in rows
+          if r.get("episode_return") is not None]
     ups = [r["updates_per_s"] for r in rows if r.get("updates_per_s")]
     log = d.parent / f"{d.name}.log"
     tail = log.read_text().strip().splitlines()[-3:] if log.is_file() else []
@@ -329,10 +331,12 @@ def summarize(a: argparse.Namespace, argv: list[str], quiet: bool = False) -> di
         runs[algo]["complete"] = runs[algo]["steps_done"] >= steps_of(a, algo)
         runs[algo]["launches"] = launches(run_dir(a, algo))
     this = shlex.join(["python", "experiments/edge_of_reach/edge_of_reach.py", *argv])
-    budget = {"gradient_steps": {algo: steps_of(a, algo) for algo in a.algos}, "rollout_starts": a.starts, "rollout_every": a.rollout_every,
+    budget = {"gradient_steps": {algo: steps_of(a, algo) for algo in a.algos}, "rollout_starts": a.starts,
+              "rollout_every": a.rollout_every,
               "rollout_length": 5, "retain_rounds": 5, "real_ratio": 0.05, "penalty": 0.0,
               "paper_gradient_steps": PAPER_STEPS, "paper_rollout_starts": PAPER_STARTS,
-              "fraction_of_paper_steps": {algo: steps_of(a, algo) / PAPER_STEPS for algo in a.algos}, "fraction_of_paper_starts": a.starts / PAPER_STARTS}
+              "fraction_of_paper_steps": {algo: steps_of(a, algo) / PAPER_STEPS for algo in a.algos},
+              "fraction_of_paper_starts": a.starts / PAPER_STARTS}
     text = reading(runs, scales) if runs else "No run has logged yet."
     payload = {"experiment": "edge-of-reach with the true dynamics (ALGORITHMS.md §4)", "command": this,
                "date": datetime.date.today().isoformat(), "commit": runs_commit(run_dir(a, algo) for algo in runs),
@@ -379,7 +383,10 @@ def markdown(p: dict) -> str:
         q, ev = r["q"], r["eval"]
         last = q[-1] if q else (None, None, None)
         big = max((x[2] for x in q if x[2] is not None), default=None)
-        f = (lambda v: "—" if v is None else f"{v:.4g}")
+
+        def f(v):
+            return "—" if v is None else f"{v:.4g}"
+
         todo = "" if r["complete"] else f" (incomplete, of {r['budget']:,})"
         lines.append(f"| {algo} | {r['steps_done']:,}{todo} | "
                      f"{f(r['updates_per_s_median'])} | {f(last[1])} | {f(last[2])} | {f(big)} | "
@@ -387,7 +394,7 @@ def markdown(p: dict) -> str:
     lines += ["", "Evaluations (deterministic policy, return): " + "; ".join(
         f"{algo}: " + ", ".join(f"{s_:,}: {v:.0f}" for s_, v, _ in r["eval"]) for algo, r in p["runs"].items()), "",
         "Commands (as started; every launch, fresh or resumed, below each):", ""]
-    for algo, r in p["runs"].items():
+    for _algo, r in p["runs"].items():
         lines += [f"    {r['command']}", ""] + [f"    {x}" for x in r.get("launches", [])] + [""]
     lines += ["## Reading", "", p["reading"], "",
               "Plot: `edge_of_reach.png` (q_mean and q_max of each logged batch, log scale, with the two value scales; "
@@ -405,7 +412,7 @@ def plot(runs: dict, scales: dict | None, dest: Path, a: argparse.Namespace) -> 
     for k, (algo, r) in enumerate(runs.items()):
         c = f"C{k}"
         xs = [x[0] for x in r["q"]]
-        for ax, i, name in ((axes[0], 1, "q_mean"), (axes[1], 2, "q_max")):
+        for ax, i, _name in ((axes[0], 1, "q_mean"), (axes[1], 2, "q_max")):
             ax.plot(xs, [x[i] for x in r["q"]], color=c, lw=1.2, label=algo)
         if r["eval"]:
             axes[2].plot([x[0] for x in r["eval"]], [x[1] for x in r["eval"]], "o-", color=c, lw=1.2, label=algo)

@@ -56,7 +56,7 @@ def measure(run_dir: Path, ds, states: int, horizon: int, seed: int) -> dict:
             alive = torch.ones(states, dtype=torch.bool)
             disc = 1.0
             length = torch.zeros(states)
-            for t in range(horizon):
+            for _t in range(horizon):
                 out = env.step(a)
                 r = out.reward.double()
                 ret += alive * disc * r

@@ -164,7 +164,8 @@ def summarize(a, argv) -> None:
     fig.savefig(RESULTS / "manip_learning.png", dpi=120)
     this = shlex.join(["python", "experiments/manipulation_learning/learning.py", *argv])
     lines = ["# State-based PPO and SAC on the manipulation tasks", "", f"`{this}` (commit {commit}); runs in "
-             f"`{a.runs_dir.relative_to(ROOT) if a.runs_dir.is_relative_to(ROOT) else a.runs_dir}`. Training success: mean of "
+             f"`{a.runs_dir.relative_to(ROOT) if a.runs_dir.is_relative_to(ROOT) else a.runs_dir}`. "
+             "Training success: mean of "
              "the last 5 logged intervals (stochastic policy); eval: `ctrl-rl eval --episodes 20` (deterministic).", "",
              "| task | algo | seed | env steps (budget) | training success | eval success (20 ep.) | eval return |",
              "|---|---|---|---|---|---|---|"]

@@ -71,7 +71,8 @@ def child(log2n: int, iters: int) -> None:
     timed = rows[1:]  # the first update includes warm-up
     seconds = timed[-1]["wall_time"] - rows[0]["wall_time"]
     sps = (timed[-1]["step"] - rows[0]["step"]) / seconds
-    print(json.dumps({"log2n": log2n, "sps": sps, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    print(json.dumps({"log2n": log2n, "sps": sps,
+                      "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
                       "grad_steps_per_update": rows[-1]["stats/grad_steps"], "threads": torch.get_num_threads()}))
 
 
@@ -97,7 +98,8 @@ def solve_time(seed: int, tmp: Path) -> dict:
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     hit = [r for r in rows if r["episode_return"] is not None and r["episode_return"] >= -200]
-    return {"seed": seed, "solved_at_s": hit[0]["wall_time"] if hit else None, "solved_at_step": hit[0]["step"] if hit else None,
+    return {"seed": seed, "solved_at_s": hit[0]["wall_time"] if hit else None,
+            "solved_at_step": hit[0]["step"] if hit else None,
             "final_return": [r["episode_return"] for r in rows if r["episode_return"] is not None][-1]}
 
 
@@ -135,12 +137,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         solves = [solve_time(s, Path(d)) for s in range(args.solve_seeds)]
     for s in solves:
-        print(f"solve seed {s['seed']}: return >= -200 after {s['solved_at_s']} s ({s['solved_at_step']} steps); final {s['final_return']:.1f}")
+        print(f"solve seed {s['seed']}: return >= -200 after {s['solved_at_s']} s ({s['solved_at_step']} steps); "
+              f"final {s['final_return']:.1f}")
     times = [s["solved_at_s"] for s in solves if s["solved_at_s"] is not None]
-    out = {"matmul_gflops": peak, "flops_per_env_step": fps, "T": T, "epochs": EPOCHS, "hidden": HIDDEN, "sizes": results,
+    out = {"matmul_gflops": peak, "flops_per_env_step": fps, "T": T, "epochs": EPOCHS, "hidden": HIDDEN,
+           "sizes": results,
            "solve": solves, "solve_median_s": statistics.median(times) if len(times) == len(solves) else None,
            "cpus": os.cpu_count()}
-    md = ["| envs | env-steps/s (median) | peak RSS | GFLOP/s | % of matmul | grad steps/update |", "|---|---|---|---|---|---|"]
+    md = ["| envs | env-steps/s (median) | peak RSS | GFLOP/s | % of matmul | grad steps/update |",
+          "|---|---|---|---|---|---|"]
     for r in results:
         md.append(f"| 2^{r['log2n']} | {r['sps_median']:,.0f} | {r['peak_rss_gb']:.2f} GB | {r['gflops']:.1f} | "
                   f"{100 * r['fraction_of_matmul']:.0f}% | {r['grad_steps_per_update']:.0f} |")

@@ -66,9 +66,10 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -204,7 +205,8 @@ def measure(runners: list[Runner], steps: int, warmup: int, block: int) -> dict[
             total[r.name] += t
             sampling[r.name] += s
         done += n
-    return {r.name: {"steps_per_s": steps / total[r.name], "update_steps_per_s": steps / (total[r.name] - sampling[r.name]),
+    return {r.name: {"steps_per_s": steps / total[r.name],
+                     "update_steps_per_s": steps / (total[r.name] - sampling[r.name]),
                      "sample_ms": 1e3 * sampling[r.name] / steps, "gflop_per_step": flops[r.name] / 1e9,
                      "gflop_per_s": flops[r.name] * steps / total[r.name] / 1e9} for r in runners}
 
@@ -223,13 +225,14 @@ def markdown(med: dict[str, dict], runs: dict[str, list[dict]], args: argparse.N
                      f"{m['update_steps_per_s']:.1f} | {uratio} | {m['sample_ms']:.2f} | {m['gflop_per_step']:.2f} | "
                      f"{m['gflop_per_s']:.1f} | {m['gflop_per_s'] / versions['matmul_peak'][th]:.0%} |")
     load = versions.get("loadavg_start"), versions.get("loadavg_end")
-    lines += ["", f"`python experiments/offline_updates/offline_updates.py --steps {args.steps} --repeats {args.repeats} "
+    lines += ["", f"`python experiments/offline_updates/offline_updates.py --steps {args.steps} "
+              f"--repeats {args.repeats} "
               f"--threads {' '.join(map(str, args.threads))} --algos {' '.join(args.algos)}`; warm-up {args.warmup} "
               f"steps, turns of {args.block} steps; {args.transitions} synthetic transitions (obs {OBS_DIM}, action "
               f"{ACTION_DIM}), batch {BATCH}, 2x256 ReLU. torch {versions['torch']}, d3rlpy {versions['d3rlpy']}, "
               f"{versions['cpus']} CPUs, load average {load[0]} at start and {load[1]} at end.",
-              *(["cql_wsrl (10 critics, subset 2, LayerNorm, max-target backup) is compared with d3rlpy's 2-critic CQL: "
-                 "not like-for-like."] if "cql_wsrl" in args.algos else []),
+              *(["cql_wsrl (10 critics, subset 2, LayerNorm, max-target backup) is compared with d3rlpy's "
+                 "2-critic CQL: not like-for-like."] if "cql_wsrl" in args.algos else []),
               "Matmul peak (median GFLOP/s of a float32 (2560x256)@(256x256) product, measured in this run): "
               + ", ".join(f"{v:.1f} on {k} thread(s)" for k, v in versions["matmul_peak"].items())
               + ". A step takes at least its FLOPs at that rate: a CQL step that runs near the peak in both libraries "
@@ -283,7 +286,8 @@ def main() -> None:
                 for name, m in res.items():
                     lib, variant = name.split("/")
                     runs.setdefault(f"{variant}/{lib}/{th}", []).append(m)
-                print(f"repeat {rep} threads {th}: " + ", ".join(f"{k} {v['steps_per_s']:.1f} steps/s" for k, v in res.items()),
+                print(f"repeat {rep} threads {th}: "
+                      + ", ".join(f"{k} {v['steps_per_s']:.1f} steps/s" for k, v in res.items()),
                       flush=True)
     torch.set_num_threads(threads_on_entry)
     versions["loadavg_end"] = round(os.getloadavg()[0], 2)

@@ -117,7 +117,8 @@ def fit_with_ctrl_rl_eval(a: argparse.Namespace) -> None:
         t = time.perf_counter()
         env = build_env(run, a.eval_episodes, a.seed + 10_000)  # ActionRescale is the identity on [-1, 1]
         try:
-            returns, _, _ = run_episodes(lambda o: torch.as_tensor(algo_.predict(o.cpu().numpy())), env, a.seed + 10_000)
+            returns, _, _ = run_episodes(lambda o: torch.as_tensor(algo_.predict(o.cpu().numpy())), env,
+                                         a.seed + 10_000)
         finally:
             env.close()
         mean = float(returns.mean())

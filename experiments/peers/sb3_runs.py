@@ -22,8 +22,9 @@ def ppo_steps_per_s(steps: int, seed: int, preset: dict | None = None) -> float:
     if preset is not None:
         c, r = preset["config"], preset["run"]
         n_envs = r["num_envs"]
-        kw = dict(n_steps=c["rollout_steps"], batch_size=c["minibatch_size"], n_epochs=c["epochs"], learning_rate=c["lr"],
-                  gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_range=c["clip_eps"], max_grad_norm=c["max_grad_norm"],
+        kw = dict(n_steps=c["rollout_steps"], batch_size=c["minibatch_size"], n_epochs=c["epochs"],
+                  learning_rate=c["lr"], gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_range=c["clip_eps"],
+                  max_grad_norm=c["max_grad_norm"],
                   policy_kwargs=dict(net_arch=dict(pi=list(c["actor_hidden"]), vf=list(c["critic_hidden"])),
                                      activation_fn=torch.nn.Tanh, log_std_init=c["init_log_std"]))
     else:

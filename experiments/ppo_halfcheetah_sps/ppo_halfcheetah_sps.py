@@ -63,7 +63,8 @@ def main() -> None:
     ap.add_argument("--sb3-steps", type=int, default=40_960, help="env steps per SB3 run (SB3 is slow)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    out: dict = {"machine": {"cpus": os.cpu_count()}, "steps": args.steps, "sb3_steps": args.sb3_steps, "repeats": args.repeats}
+    out: dict = {"machine": {"cpus": os.cpu_count()}, "steps": args.steps, "sb3_steps": args.sb3_steps,
+                 "repeats": args.repeats}
     res: dict[str, list[float]] = {"raw": [], "ctrl_rl": [], "ctrl_rl_incl_startup": [], "sb3_same": [], "sb3_ref": []}
     out["load_avg_1min"] = []
     for k in range(args.repeats):

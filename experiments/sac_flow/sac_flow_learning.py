@@ -115,10 +115,12 @@ def summarize(tasks: list[str], seed: int, steps: int) -> None:
     fig.tight_layout()
     RESULTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(RESULTS / "sac_flow_learning.png", dpi=110)
-    lines = ["| task | variant | steps | final return (last 10%) | AUC (mean return) | wall time |", "|---|---|---|---|---|---|"]
+    lines = ["| task | variant | steps | final return (last 10%) | AUC (mean return) | wall time |",
+             "|---|---|---|---|---|---|"]
     for task, rows in table.items():
         for variant, r in rows.items():
-            lines.append(f"| {task} | {variant} | {r['steps']:,} | {r['final_return']:.0f} | {r['auc_mean_return']:.0f} | "
+            lines.append(f"| {task} | {variant} | {r['steps']:,} | {r['final_return']:.0f} | "
+                         f"{r['auc_mean_return']:.0f} | "
                          f"{r['wall_time_s'] / 60:.0f} min |")
     md = "\n".join(lines) + "\n"
     print(md)

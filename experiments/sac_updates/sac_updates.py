@@ -33,7 +33,8 @@ RESULTS = Path(__file__).resolve().parent  # this study's folder: its results li
 def ctrl_rl_run(warmup: int, updates: int, seed: int, threads: int, extra: tuple[str, ...]) -> float:
     log_every = max(updates // 10, 1)
     rows, _ = run_preset("sac-halfcheetah", seed, warmup + updates, algo="sac",
-                         extra=("--learning-starts", str(warmup), "--threads", str(threads), "--log-every", str(log_every),
+                         extra=("--learning-starts", str(warmup), "--threads", str(threads),
+                                "--log-every", str(log_every),
                                 "--checkpoint-every", str(10**9), *extra))
     first = next(r for r in rows if r["updates"] > 0)  # the first log row after learning started
     last = rows[-1]

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
                 "per_eval_seed": {str(s): e.get("success_rate") for s, e in zip(a.eval_seeds, evs)}}
 
     def init_run(seed: int) -> Path:
-        return (a.init_runs_dir or a.runs_dir) / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}" / f"{a.init_tag}-s{seed}"
+        return ((a.init_runs_dir or a.runs_dir) / f"{a.task}_bc_{a.head}_{Path(a.dataset).name}"
+                / f"{a.init_tag}-s{seed}")
 
     def before_file(seed: int) -> Path:
         """The start's evaluation, beside the runs (a run directory holds only its own files), shared by the arms."""
@@ -138,12 +139,14 @@ def main(argv: list[str] | None = None) -> None:
              f"Backbone {a.backbone} (random init; lora rank {a.lora_rank}), head {a.head}, chunk {a.chunk}, images "
              f"{a.image_size}, one exterior camera + instruction + proprio. Success: `ctrl-rl eval RUN --episodes "
              f"{a.episodes} --seed S` (deterministic) for S in {a.eval_seeds}, pooled.", "",
-             "| arm | seed | success | return | wall s |" + (" success before RL | env steps |" if a.part == "rl" else ""),
+             "| arm | seed | success | return | wall s |"
+             + (" success before RL | env steps |" if a.part == "rl" else ""),
              "|---|---|---|---|---|" + ("---|---|" if a.part == "rl" else "")]
     for k, r in rows.items():
         name, seed = k.rsplit("-s", 1)
         extra = f" {_pct(r['before'])} | {r['env_steps']} |" if a.part == "rl" else ""
-        lines.append(f"| {name} | {seed} | {_pct(r['success_rate'])} | {r['return_mean']:.1f} | {r['wall_time_s']:.0f} |{extra}")
+        lines.append(f"| {name} | {seed} | {_pct(r['success_rate'])} | {r['return_mean']:.1f} | "
+                     f"{r['wall_time_s']:.0f} |{extra}")
     for name in arms:
         s = [rows[f"{name}-s{seed}"]["success_rate"] or 0.0 for seed in a.seeds]
         lines.append(f"\n{name}: mean success {statistics.mean(s):.2f} over seeds {a.seeds}")

@@ -36,8 +36,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -142,7 +142,8 @@ def one_repeat(args, rep: int, kind: str) -> dict[str, float]:
     obs = start[torch.randperm(N, generator=gen)]  # [N,O]
     members = model.elites[torch.randint(ELITES, (N,), generator=gen)]  # [N]
     env_step = ModelEnv(model, start, N, low, high, "HalfCheetah-v5", member_mode="step", seed=rep)
-    env_ep = ModelEnv(model, start, N, low, high, "HalfCheetah-v5", member_mode="episode", truncate_above=1e30, seed=rep)
+    env_ep = ModelEnv(model, start, N, low, high, "HalfCheetah-v5", member_mode="episode", truncate_above=1e30,
+                      seed=rep)
     actor = make_actor(rep)
     buffer = ReplayBuffer(N * args.k * 5, (OBS_DIM,), ACT_DIM)
     out, stats = {}, {}
@@ -201,13 +202,15 @@ def main() -> None:
     threads_on_entry = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     _, model_name = make_model(args.model, 0)
-    meta = {"model": model_name, "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+    meta = {"model": model_name, "torch": torch.__version__, "python": platform.python_version(),
+            "cpus": os.cpu_count(),
             "loadavg_start": round(os.getloadavg()[0], 2)}
     runs = []
     for rep in range(args.repeats):
         runs.append(one_repeat(args, rep, args.model))
         r = runs[-1]
-        print(f"repeat {rep}: step {r['step_mode_per_s']:,.0f} env-steps/s ({r['step_mode_per_cpu_s']:,.0f} per CPU s), "
+        print(f"repeat {rep}: step {r['step_mode_per_s']:,.0f} env-steps/s "
+              f"({r['step_mode_per_cpu_s']:,.0f} per CPU s), "
               f"episode {r['episode_mode_per_s']:,.0f}, predict {r['predict_s']:.3f} s, round {r['round_s']:.2f} s "
               f"({r['round_cpu_s']:.2f} CPU s)", flush=True)
     torch.set_num_threads(threads_on_entry)

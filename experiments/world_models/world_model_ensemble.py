@@ -35,8 +35,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
@@ -160,7 +160,8 @@ def markdown(payload: dict) -> str:
               f"--train-steps {st['train_steps']} --predict-calls {st['predict_calls']} --states {st['states']}`; "
               f"{st['members']} members, 4x200 SiLU, obs {st['obs']}, action {st['act']}; training: batch "
               f"{st['batch_per_member']} per member, forward + backward + Adam; prediction: {st['states']} states, "
-              f"{st['elites']} elites, sampled, with uncertainty figures. Speedups against `loop_default_adam` (training) "
+              f"{st['elites']} elites, sampled, with uncertainty figures. "
+              f"Speedups against `loop_default_adam` (training) "
               f"and `loop` (prediction, all rows at once); batched training against the loop with fused Adam: "
               f"{rows['train/batched']['speedup_vs_loop_fused_adam']:.2f}x; batched prediction against the loop in the "
               f"same chunks of {auto} rows: {bp['speedup_vs_loop_same_chunks']:.2f}x. torch {v['torch']}, {v['cpus']} "
