@@ -1,8 +1,8 @@
-"""Batched environments: the BatchedEnv protocol, backends, wrappers and check_env."""
+"""Batched environments: the BatchedEnv protocol, backends (``backends.py``), the id registry, wrappers, check_env."""
 
-from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, StepOut
+from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, RobotStateLayout, StepOut
 
-__all__ = ["BatchedEnv", "EnvSpec", "StepOut", "make_env"]
+__all__ = ["BatchedEnv", "EnvSpec", "RobotStateLayout", "StepOut", "make_env", "spec_of"]
 
 
 def make_env(*args, **kwargs):
@@ -10,3 +10,10 @@ def make_env(*args, **kwargs):
     from ctrl_rl.envs.registry import make_env as _make_env
 
     return _make_env(*args, **kwargs)
+
+
+def spec_of(*args, **kwargs):
+    """The EnvSpec of an id without building the env where its backend can (see registry.spec_of)."""
+    from ctrl_rl.envs.registry import spec_of as _spec_of
+
+    return _spec_of(*args, **kwargs)

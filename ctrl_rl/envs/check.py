@@ -32,9 +32,8 @@ import math
 import torch
 
 from ctrl_rl.core.obs import Obs, obs_clone, obs_equal, obs_index, state_shape
+from ctrl_rl.envs.backends import prefix_of
 from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, StepOut
-
-_BACKEND_PREFIX = {"torch": "torch:", "envpool": "envpool:", "gymnasium": "gym:", "dmc": "dmc:", "manip": "manip:"}
 
 
 def random_actions(spec: EnvSpec, num_envs: int, device: torch.device, generator: torch.Generator) -> torch.Tensor:
@@ -173,7 +172,8 @@ def _check_spec(env: BatchedEnv, need) -> None:
         spec.max_episode_steps is None or (isinstance(spec.max_episode_steps, int) and spec.max_episode_steps >= 1),
         f"spec.max_episode_steps={spec.max_episode_steps!r}, expected None or an int >= 1",
     )
-    prefix = _BACKEND_PREFIX.get(spec.backend)
+    prefix = prefix_of(spec.backend)
+    prefix = prefix + ":" if prefix is not None else None
     need(
         prefix is None or spec.env_id.startswith(prefix),
         f"spec.env_id={spec.env_id!r} does not start with {prefix!r} (backend {spec.backend!r})",

@@ -30,14 +30,13 @@ episodes and is not bit-exact with an uninterrupted one.
 from __future__ import annotations
 
 import warnings
-
 from typing import Any
 
 import numpy as np
 import torch
 
-from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
+from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 
 _PATCHED = False
 
@@ -59,6 +58,56 @@ def _patch_dm_control_sizes() -> None:
         for field in [f for f in table if not hasattr(cls, f)]:
             del table[field]
     _PATCHED = True
+
+
+def dmc_spec(domain: str, task: str, max_episode_steps: int | None = None,
+             task_kwargs: dict[str, Any] | None = None, environment_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    """The spec of ``dmc:<domain>-<task>``: what ``DMCEnv(domain, task, ...).spec`` is.
+
+    dm_control keeps the observation and action specs, the control timestep and the time limit on a loaded
+    environment only, so one task is loaded (its physics compiled once), read and closed."""
+    env = _load(domain, task, max_episode_steps, task_kwargs, environment_kwargs, 0)
+    try:
+        return _spec(f"{domain}-{task}", env, max_episode_steps)
+    finally:
+        env.close()
+
+
+def _load(domain: str, task: str, max_episode_steps: int | None, task_kwargs: dict[str, Any] | None,
+          environment_kwargs: dict[str, Any] | None, seed: int) -> Any:
+    """One ``suite.load`` environment seeded with ``seed``; ``max_episode_steps`` lifts the suite's time limit."""
+    _patch_dm_control_sizes()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*DISPLAY environment variable.*")
+        from dm_control import suite
+
+    task_kwargs = dict(task_kwargs or {})
+    if max_episode_steps is not None:
+        if int(max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps={max_episode_steps!r}: expected a positive integer or None.")
+        task_kwargs["time_limit"] = float("inf")  # the suite's task functions take the limit
+    return suite.load(domain, task, task_kwargs={**task_kwargs, "random": seed}, environment_kwargs=environment_kwargs)
+
+
+def _spec(name: str, env: Any, max_episode_steps: int | None) -> EnvSpec:
+    """The EnvSpec of a loaded suite environment (``name`` = ``<domain>-<task>``)."""
+    obs_spec = env.observation_spec()
+    obs_dim = sum(int(np.prod(obs_spec[k].shape)) for k in obs_spec)
+    act_spec = env.action_spec()
+    if max_episode_steps is None:
+        step_limit = env._step_limit  # dm_control exposes the limit only as this (time / control dt)
+        max_episode_steps = None if step_limit == float("inf") else int(round(step_limit))
+    return EnvSpec(
+        env_id=f"dmc:{name}",
+        obs_shape=(obs_dim,),
+        discrete=False,
+        action_dim=int(np.prod(act_spec.shape)),
+        action_low=tuple(float(x) for x in np.broadcast_to(act_spec.minimum, act_spec.shape).ravel()),
+        action_high=tuple(float(x) for x in np.broadcast_to(act_spec.maximum, act_spec.shape).ravel()),
+        dt=float(env.control_timestep()),
+        max_episode_steps=int(max_episode_steps) if max_episode_steps is not None else None,
+        backend="dmc",
+    )
 
 
 class DMCEnv:
@@ -86,53 +135,23 @@ class DMCEnv:
         task_kwargs: dict[str, Any] | None = None,
         environment_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        _patch_dm_control_sizes()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*DISPLAY environment variable.*")
-            from dm_control import suite
-
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._name = f"{domain}-{task}"
-        task_kwargs = dict(task_kwargs or {})
-        if max_episode_steps is not None:
-            if int(max_episode_steps) < 1:
-                raise ValueError(f"max_episode_steps={max_episode_steps!r}: expected a positive integer or None.")
-            task_kwargs["time_limit"] = float("inf")  # the suite's task functions take the limit
-        self._envs = [
-            suite.load(
-                domain, task, task_kwargs={**task_kwargs, "random": int(seed) + i}, environment_kwargs=environment_kwargs
-            )
-            for i in range(self.num_envs)
-        ]
+        self._envs = [_load(domain, task, max_episode_steps, task_kwargs, environment_kwargs, int(seed) + i)
+                      for i in range(self.num_envs)]
         self._seed = int(seed)
         self._pending_seed: int | None = None
         self._resets = 0
         self._episodes = 0
         self._started = False  # dm_control would silently reset on a first step(); require reset()
 
-        env0 = self._envs[0]
-        self._obs_keys = sorted(env0.observation_spec())
-        obs_dim = sum(int(np.prod(env0.observation_spec()[k].shape)) for k in self._obs_keys)
-        act_spec = env0.action_spec()
-        action_dim = int(np.prod(act_spec.shape))
-        if max_episode_steps is None:
-            step_limit = env0._step_limit  # dm_control exposes the limit only as this (time / control dt)
-            max_episode_steps = None if step_limit == float("inf") else int(round(step_limit))
-        self._limit = max_episode_steps if max_episode_steps is not None else np.iinfo(np.int64).max
+        self._obs_keys = sorted(self._envs[0].observation_spec())
+        self.spec = _spec(self._name, self._envs[0], max_episode_steps)
+        limit = self.spec.max_episode_steps
+        self._limit = limit if limit is not None else np.iinfo(np.int64).max
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)  # [N] steps into the current episode
-        self._action_shape = (self.num_envs, action_dim)
-        self.spec = EnvSpec(
-            env_id=f"dmc:{self._name}",
-            obs_shape=(obs_dim,),
-            discrete=False,
-            action_dim=action_dim,
-            action_low=tuple(float(x) for x in np.broadcast_to(act_spec.minimum, act_spec.shape).ravel()),
-            action_high=tuple(float(x) for x in np.broadcast_to(act_spec.maximum, act_spec.shape).ravel()),
-            dt=float(env0.control_timestep()),
-            max_episode_steps=max_episode_steps,
-            backend="dmc",
-        )
+        self._action_shape = (self.num_envs, self.spec.action_dim)
 
     # ---- the BatchedEnv protocol ---------------------------------------------------------------
 

@@ -131,12 +131,7 @@ class EnvpoolEnv:
                 f"to num_envs={num_envs} (this adapter runs envpool in sync mode)."
             )
         make_kwargs.pop("batch_size", None)
-        if make_kwargs.get("episodic_life"):
-            raise UserInputError(
-                f"episodic_life=True for envpool task {task!r}: expected it off. envpool continues the game after a "
-                "lost life only in its own next-step reset; this adapter resets at once, which would restart the "
-                "whole game at every lost life."
-            )
+        _check_make_kwargs(task, make_kwargs)
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._task = task
@@ -148,46 +143,12 @@ class EnvpoolEnv:
         self._resets = 0
         self._episodes = 0
 
-        import gymnasium
-
-        obs_space = self._env.observation_space
-        self._image = (isinstance(obs_space, gymnasium.spaces.Box) and obs_space.dtype == np.uint8
-                       and len(obs_space.shape) == 3)  # Atari's stacked frames [C,H,W]
-        obs_parts: tuple[ObsPart, ...] = ()
-        self._obs_keys: list[str] | None = None
-        if self._image:
-            obs_shape: tuple[int, ...] = ()  # no 'state' part
-            obs_parts = (ObsPart(IMAGE_PART, tuple(int(s) for s in obs_space.shape), torch.uint8),)
-        elif isinstance(obs_space, gymnasium.spaces.Dict):
-            foreign = _DMC_FOREIGN_KEYS.get(task, ())
-            self._obs_keys = sorted(k for k in obs_space.spaces if k not in foreign)
-            obs_shape = (sum(int(np.prod(obs_space[k].shape)) for k in self._obs_keys),)
-        else:
-            obs_shape = tuple(int(s) for s in obs_space.shape)
+        self.spec = _spec(task, self._env.spec, self._env.observation_space, self._env.action_space)
+        self._image = bool(self.spec.obs_parts)  # Atari's stacked frames [C,H,W], the one image part
+        self._obs_keys = _obs_keys(task, self._env.observation_space)
         act_space = self._env.action_space
-        discrete = isinstance(act_space, gymnasium.spaces.Discrete)
-        if discrete:
-            action_dim, low, high = int(act_space.n), (), ()
-            self._action_shape: tuple[int, ...] = (self.num_envs,)
-        else:
-            action_dim = int(np.prod(act_space.shape))
-            low = tuple(float(x) for x in np.broadcast_to(act_space.low, act_space.shape).ravel())
-            high = tuple(float(x) for x in np.broadcast_to(act_space.high, act_space.shape).ravel())
-            self._action_shape = (self.num_envs, action_dim)
+        self._action_shape = (self.num_envs,) if self.spec.discrete else (self.num_envs, self.spec.action_dim)
         self._action_dtype = act_space.dtype
-        max_steps = self._env.config.get("max_episode_steps")
-        self.spec = EnvSpec(
-            env_id=f"envpool:{task}",
-            obs_shape=obs_shape,
-            discrete=discrete,
-            action_dim=action_dim,
-            action_low=low,
-            action_high=high,
-            dt=_envpool_dt(task, self._env),
-            max_episode_steps=int(max_steps) if max_steps is not None else None,
-            backend="envpool",
-            obs_parts=obs_parts,
-        )
         self._ids = np.arange(self.num_envs, dtype=np.int32)  # [N]
 
     def _make(self, seed: int) -> Any:
@@ -300,13 +261,80 @@ class EnvpoolEnv:
         return f"EnvpoolEnv({self._task!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
 
 
-
-def _envpool_dt(task: str, env: Any) -> float:
-    """Seconds per step, from what envpool exposes (0.0 when it cannot be found out)."""
+def envpool_spec(task: str, num_threads: int = 0, batch_size: int | None = None, **make_kwargs: Any) -> EnvSpec:
+    """The spec of ``envpool:<task>`` with ``make_kwargs`` from ``envpool.make_spec`` (envpool's config and spaces
+    of the task, no simulator or thread pool built): what ``EnvpoolEnv(task, **make_kwargs).spec`` is."""
     import envpool
 
-    config = env.config
-    spec_name = type(env.spec).__name__  # e.g. GymHalfCheetahEnvSpec, DmcCheetahEnvSpec, PendulumEnvSpec
+    _check_make_kwargs(task, make_kwargs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered.*")  # as in EnvpoolEnv._make
+        spec = envpool.make_spec(task, num_threads=int(num_threads), **make_kwargs)
+        return _spec(task, spec, spec.gymnasium_observation_space, spec.gymnasium_action_space)
+
+
+def _check_make_kwargs(task: str, make_kwargs: dict[str, Any]) -> None:
+    if make_kwargs.get("episodic_life"):
+        raise UserInputError(
+            f"episodic_life=True for envpool task {task!r}: expected it off. envpool continues the game after a "
+            "lost life only in its own next-step reset; this adapter resets at once, which would restart the "
+            "whole game at every lost life."
+        )
+
+
+def _obs_keys(task: str, obs_space: Any) -> list[str] | None:
+    """The keys of a dict observation in the order they are flattened (the task's own, sorted), else None."""
+    import gymnasium
+
+    if not isinstance(obs_space, gymnasium.spaces.Dict):
+        return None
+    foreign = _DMC_FOREIGN_KEYS.get(task, ())
+    return sorted(k for k in obs_space.spaces if k not in foreign)
+
+
+def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSpec:
+    """The EnvSpec of a task from envpool's spec object (config, spec class) and its gymnasium spaces."""
+    import gymnasium
+
+    image = (isinstance(obs_space, gymnasium.spaces.Box) and obs_space.dtype == np.uint8
+             and len(obs_space.shape) == 3)  # Atari's stacked frames [C,H,W]
+    obs_parts: tuple[ObsPart, ...] = ()
+    if image:
+        obs_shape: tuple[int, ...] = ()  # no 'state' part
+        obs_parts = (ObsPart(IMAGE_PART, tuple(int(s) for s in obs_space.shape), torch.uint8),)
+    elif isinstance(obs_space, gymnasium.spaces.Dict):
+        obs_shape = (sum(int(np.prod(obs_space[k].shape)) for k in _obs_keys(task, obs_space) or ()),)
+    else:
+        obs_shape = tuple(int(s) for s in obs_space.shape)
+    discrete = isinstance(act_space, gymnasium.spaces.Discrete)
+    if discrete:
+        action_dim, low, high = int(act_space.n), (), ()
+    else:
+        action_dim = int(np.prod(act_space.shape))
+        low = tuple(float(x) for x in np.broadcast_to(act_space.low, act_space.shape).ravel())
+        high = tuple(float(x) for x in np.broadcast_to(act_space.high, act_space.shape).ravel())
+    config = envpool_spec.config._asdict()
+    max_steps = config.get("max_episode_steps")
+    return EnvSpec(
+        env_id=f"envpool:{task}",
+        obs_shape=obs_shape,
+        discrete=discrete,
+        action_dim=action_dim,
+        action_low=low,
+        action_high=high,
+        dt=_envpool_dt(task, envpool_spec),
+        max_episode_steps=int(max_steps) if max_steps is not None else None,
+        backend="envpool",
+        obs_parts=obs_parts,
+    )
+
+
+def _envpool_dt(task: str, spec: Any) -> float:
+    """Seconds per step, from what envpool's spec of the task exposes (0.0 when it cannot be found out)."""
+    import envpool
+
+    config = spec.config._asdict()
+    spec_name = type(spec).__name__  # e.g. GymHalfCheetahEnvSpec, DmcCheetahEnvSpec, PendulumEnvSpec
     if spec_name == "AtariEnvSpec":
         return config["frame_skip"] / _ATARI_FPS
     if spec_name.startswith("Dmc") and spec_name.endswith("EnvSpec"):

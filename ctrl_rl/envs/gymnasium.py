@@ -29,9 +29,8 @@ import gymnasium  # the real package: ctrl_rl uses absolute imports, so this mod
 import numpy as np
 import torch
 
-from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
-
+from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 
 # MuJoCo >= 3.3 warns, once per model compiled, that Gymnasium's HalfCheetah/Walker2d XML uses the deprecated
 # compiler attribute ``settotalmass``: one stderr line per env, dozens per run. That message alone is dropped;
@@ -75,6 +74,54 @@ def _make_one(env_id: str, make_kwargs: dict[str, Any]) -> gymnasium.Env:
     return env
 
 
+def gym_spec(env_id: str, vector_mode: str = "sync", **make_kwargs: Any) -> EnvSpec:
+    """The spec of ``gym:<env_id>`` with ``make_kwargs``: what ``GymnasiumEnv(env_id, ...).spec`` is.
+
+    gymnasium's own registry entry (``gymnasium.spec(id)``) has the time limit but neither the spaces nor ``dt``,
+    so one unvectorized env is made, read and closed (a MuJoCo task compiles its model once; no vector env,
+    no subprocess)."""
+    _check_vector_mode(vector_mode)
+    single = _make_one(env_id, dict(make_kwargs))
+    try:
+        return _spec(env_id, single)
+    finally:
+        single.close()
+
+
+def _check_vector_mode(vector_mode: str) -> None:
+    if vector_mode not in ("sync", "async"):
+        raise ValueError(f"vector_mode={vector_mode!r}: expected 'sync' or 'async'.")
+
+
+def _spec(env_id: str, single: gymnasium.Env) -> EnvSpec:
+    """The EnvSpec of one env as ``_make_one`` builds it: its spaces, ``dt`` and time limit."""
+    unwrapped = single.unwrapped
+    dt = float(getattr(unwrapped, "dt", getattr(unwrapped, "tau", 0.0)))  # CartPole calls it tau
+    max_steps = single.spec.max_episode_steps if single.spec is not None else None
+    obs_space, act_space = single.observation_space, single.action_space
+    if isinstance(act_space, gymnasium.spaces.Discrete):
+        if int(act_space.start) != 0:
+            raise ValueError(f"gymnasium env {env_id!r} has Discrete(start={act_space.start}); expected start 0.")
+        discrete, action_dim, low, high = True, int(act_space.n), (), ()
+    elif isinstance(act_space, gymnasium.spaces.Box):
+        discrete, action_dim = False, int(np.prod(act_space.shape))
+        low = tuple(float(x) for x in np.broadcast_to(act_space.low, act_space.shape).ravel())
+        high = tuple(float(x) for x in np.broadcast_to(act_space.high, act_space.shape).ravel())
+    else:
+        raise ValueError(f"gymnasium env {env_id!r} has action space {act_space}; expected Box or Discrete.")
+    return EnvSpec(
+        env_id=f"gym:{env_id}",
+        obs_shape=tuple(int(s) for s in obs_space.shape),
+        discrete=discrete,
+        action_dim=action_dim,
+        action_low=low,
+        action_high=high,
+        dt=dt,
+        max_episode_steps=int(max_steps) if max_steps is not None else None,
+        backend="gymnasium",
+    )
+
+
 class GymnasiumEnv:
     """N gymnasium envs of one id, stepped as a batch; see the module docstring.
 
@@ -98,8 +145,7 @@ class GymnasiumEnv:
     ) -> None:
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-        if vector_mode not in ("sync", "async"):
-            raise ValueError(f"vector_mode={vector_mode!r}: expected 'sync' or 'async'.")
+        _check_vector_mode(vector_mode)
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._env_id = env_id
@@ -113,40 +159,14 @@ class GymnasiumEnv:
         self._elapsed = np.zeros(self.num_envs, dtype=np.int64)  # [N] steps into the current episode
 
         # dt and the time limit live on a single env: the first one in sync mode, a probe otherwise.
-        single = self._vec.envs[0] if vector_mode == "sync" else _make_one(env_id, dict(make_kwargs))
-        unwrapped = single.unwrapped
-        dt = float(getattr(unwrapped, "dt", getattr(unwrapped, "tau", 0.0)))  # CartPole calls it tau
-        max_steps = single.spec.max_episode_steps if single.spec is not None else None
-        if vector_mode != "sync":
-            single.close()
-
-        obs_space = self._vec.single_observation_space
-        act_space = self._vec.single_action_space
-        if isinstance(act_space, gymnasium.spaces.Discrete):
-            if int(act_space.start) != 0:
-                raise ValueError(f"gymnasium env {env_id!r} has Discrete(start={act_space.start}); expected start 0.")
-            discrete, action_dim, low, high = True, int(act_space.n), (), ()
-            self._action_shape: tuple[int, ...] = (self.num_envs,)
-        elif isinstance(act_space, gymnasium.spaces.Box):
-            discrete, action_dim = False, int(np.prod(act_space.shape))
-            low = tuple(float(x) for x in np.broadcast_to(act_space.low, act_space.shape).ravel())
-            high = tuple(float(x) for x in np.broadcast_to(act_space.high, act_space.shape).ravel())
-            self._action_shape = (self.num_envs, action_dim)
+        if isinstance(self._vec, SyncVectorEnv):
+            self.spec = _spec(env_id, self._vec.envs[0])
         else:
-            raise ValueError(f"gymnasium env {env_id!r} has action space {act_space}; expected Box or Discrete.")
+            self.spec = gym_spec(env_id, **make_kwargs)
+        act_space = self._vec.single_action_space
+        self._action_shape = (self.num_envs,) if self.spec.discrete else (self.num_envs, self.spec.action_dim)
         self._act_space_shape = act_space.shape
         self._action_dtype = act_space.dtype
-        self.spec = EnvSpec(
-            env_id=f"gym:{env_id}",
-            obs_shape=tuple(int(s) for s in obs_space.shape),
-            discrete=discrete,
-            action_dim=action_dim,
-            action_low=low,
-            action_high=high,
-            dt=dt,
-            max_episode_steps=int(max_steps) if max_steps is not None else None,
-            backend="gymnasium",
-        )
 
     # ---- the BatchedEnv protocol ---------------------------------------------------------------
 

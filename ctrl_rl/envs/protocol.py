@@ -27,6 +27,16 @@ import numpy as np
 import torch
 
 from ctrl_rl.core.obs import Obs, ObsPart, is_flat, parts_from_shape, state_shape
+from ctrl_rl.robots.spec import RobotSpec
+
+
+@dataclass(frozen=True)
+class RobotStateLayout:
+    """Where a robot's measured state sits in an env's float32 ``state`` observation part: ``[start, stop)``
+    column ranges (the deployment runtime's safety filter reads the joints and the end effector from them)."""
+
+    joint_position: tuple[int, int]
+    ee_position: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -44,10 +54,21 @@ class EnvSpec:
         action_high: per-dimension upper bound of continuous actions (empty for discrete).
         dt: seconds of simulated time per step (0.0 when unknown).
         max_episode_steps: the time limit applied by the env itself, or None.
-        backend: "torch", "envpool", "gymnasium" or "dmc".
+        backend: "torch", "envpool", "gymnasium", "dmc" or "manip" (the registered backend's name).
         obs_parts: the named parts of the observation (see ``ctrl_rl.core.obs``); empty (the default,
             every vector env) means the single float32 ``state`` part of shape ``obs_shape``. Use
             ``parts`` to read the effective tuple.
+        robot: the robot an env built on ``ctrl_rl.robots.spec`` drives (the manipulation tasks'
+            ``franka_droid()``); None for the other envs. A policy export carries it.
+        action_units: one unit per action dimension after the robot's scaling (``m``, ``rad``, ``1``);
+            empty when the env's actions have no physical units beyond its bounds.
+        action_space_name: which of ``robot``'s action spaces the env's actions are
+            (``cartesian_velocity``); None without a robot.
+        robot_state_layout: where the robot's joint and end-effector positions sit in the ``state``
+            part; None without a robot.
+
+    Every field is static: a registered backend gives the spec of an id without building a simulator
+    where it can (``ctrl_rl.envs.spec_of``), and a built env's ``spec`` equals it.
     """
 
     env_id: str
@@ -60,8 +81,16 @@ class EnvSpec:
     max_episode_steps: int | None = None
     backend: str = "torch"
     obs_parts: tuple[ObsPart, ...] = ()
+    robot: RobotSpec | None = None
+    action_units: tuple[str, ...] = ()
+    action_space_name: str | None = None
+    robot_state_layout: RobotStateLayout | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "action_units", tuple(self.action_units))  # a list would make the spec unhashable
+        if self.action_units and len(self.action_units) != self.action_dim:
+            raise ValueError(f"{self.env_id}: action_units {list(self.action_units)} must name one unit per action "
+                             f"dimension ({self.action_dim}).")
         if not self.obs_parts:
             return
         object.__setattr__(self, "obs_parts", tuple(self.obs_parts))  # a list would make the spec unhashable

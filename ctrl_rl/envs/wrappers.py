@@ -10,12 +10,13 @@ Shape letters: N envs, O obs dim, A action dim.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
 from ctrl_rl.core.nets import RunningNorm
 from ctrl_rl.core.obs import Obs
-from ctrl_rl.envs.protocol import BatchedEnv, StepOut
+from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, StepOut
 
 
 class Wrapper:
@@ -126,6 +127,16 @@ class EpisodeStats(Wrapper):
             self.succ.copy_(state["succ"])
 
 
+def rescaled_spec(spec: EnvSpec) -> EnvSpec:
+    """The spec ``ActionRescale`` gives an env of ``spec``: bounds ``[-1, 1]`` where finite, infinite ones kept;
+    a discrete spec unchanged. With ``spec_of`` it gives a training env's spec without building the env."""
+    if spec.discrete:
+        return spec
+    finite = [math.isfinite(lo) and math.isfinite(hi) for lo, hi in zip(spec.action_low, spec.action_high)]
+    return dataclasses.replace(spec, action_low=tuple(-1.0 if f else float("-inf") for f in finite),
+                               action_high=tuple(1.0 if f else float("inf") for f in finite))
+
+
 class ActionRescale(Wrapper):
     """The agent acts in ``[-1, 1]^A``; actions are clipped there and mapped affinely to the env's bounds.
 
@@ -143,13 +154,8 @@ class ActionRescale(Wrapper):
         self._all_finite = bool(finite.all())  # the usual case: one clamp, no per-dim select per step
         self._scale = torch.where(finite, (high - low) / 2, torch.ones_like(low))
         self._bias = torch.where(finite, (high + low) / 2, torch.zeros_like(low))
-        A = env.spec.action_dim
-        self.spec = dataclasses.replace(
-            env.spec,
-            action_low=tuple(-1.0 if f else float("-inf") for f in finite.tolist()),
-            action_high=tuple(1.0 if f else float("inf") for f in finite.tolist()),
-        )
-        assert len(self.spec.action_low) == A
+        self.spec = rescaled_spec(env.spec)
+        assert len(self.spec.action_low) == env.spec.action_dim
 
     def act(self, action: torch.Tensor) -> torch.Tensor:
         a = action.clamp(-1.0, 1.0)  # [N,A]

@@ -117,6 +117,8 @@ def test_state_layout_matches_the_simulator():
     cube, quat = sim.cube_pose
     assert np.allclose(s[14:17], cube, atol=1e-6) and np.allclose(s[21:24], cube - sim.ee_pos, atol=1e-6)
     assert quat[0] >= 0 and np.linalg.norm(s[17:21]) == pytest.approx(1.0, abs=1e-5)
+    (a, b), (c, d) = env.spec.robot_state_layout.joint_position, env.spec.robot_state_layout.ee_position
+    assert np.array_equal(s[a:b], s[:7]) and np.array_equal(s[c:d], s[7:10])  # what the deploy safety filter reads
     env.close()
 
 
@@ -234,7 +236,8 @@ def test_joint_limits_are_never_exceeded(action):
 
 def test_joint_velocity_action_space():
     env = _make("manip:Reach,action=joint_velocity", n=1)
-    assert env.spec.action_dim == 8 and env.action_units == ("rad",) * 7 + ("1",)
+    assert env.spec.action_dim == 8 and env.spec.action_units == ("rad",) * 7 + ("1",)
+    assert env.spec.action_space_name == "joint_velocity"
     q0 = env.reset()[0, :7].clone()
     a = torch.zeros(1, 8)
     a[0, 0] = 0.5  # joint 1 at 0.1 rad per step
@@ -247,8 +250,9 @@ def test_joint_velocity_action_space():
 
 def test_robot_and_action_units_for_export():
     env = _make("manip:Lift", n=1)
-    assert env.robot == franka_droid()
-    assert env.action_units == ("m", "m", "m", "rad", "rad", "rad", "1")
+    assert env.spec.robot == franka_droid() and env.robot is env.spec.robot
+    assert env.spec.action_units == ("m", "m", "m", "rad", "rad", "rad", "1")
+    assert env.spec.action_space_name == "cartesian_velocity"
     env.close()
 
 

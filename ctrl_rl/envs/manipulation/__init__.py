@@ -20,22 +20,31 @@ Modules:
 - ``env``: ``ManipEnv``.
 - ``experts``: scripted experts for every task.
 
-Importing this package does not import MuJoCo; building an env does. It sets ``MUJOCO_GL=egl`` when unset, so a
+Importing this package does not import MuJoCo, and neither does ``manip_spec`` (the registry's ``spec_of``);
+building an env does. It sets ``MUJOCO_GL=egl`` when unset, so a
 MuJoCo imported afterwards renders offscreen (``render.py`` picks its GL backend itself either way).
 """
 
 import os
+from typing import Any
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from ctrl_rl.envs.manipulation.tasks import TASKS  # noqa: E402 -- after MUJOCO_GL, before any mujoco import
 
 
-def make_manip(task: str, num_envs: int = 1, device="cpu", seed: int = 0, **options):
+def make_manip(task: str, num_envs: int = 1, device: Any = "cpu", seed: int = 0, **options: Any):
     """``ManipEnv(task, ...)``; ``options`` are ``ManipConfig`` fields (``make_env`` passes the id's options)."""
     from ctrl_rl.envs.manipulation.env import ManipEnv
 
     return ManipEnv(task, num_envs=num_envs, device=device, seed=seed, **options)
 
 
-__all__ = ["TASKS", "make_manip"]
+def manip_spec(task: str, **options: Any):
+    """The spec of ``manip:<task>`` with ``options``, from the task's config and the robot spec (no MuJoCo)."""
+    from ctrl_rl.envs.manipulation.env import manip_spec as spec
+
+    return spec(task, **options)
+
+
+__all__ = ["TASKS", "make_manip", "manip_spec"]

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from ctrl_rl.envs.manipulation.scene import CAMERAS
 from ctrl_rl.envs.manipulation.tasks import TASK_INFO, TASKS
-from ctrl_rl.errors import UserInputError
+from ctrl_rl.errors import UserInputError, did_you_mean
 
 CAMERA_ALIASES = {"exterior1": CAMERAS[0], "exterior2": CAMERAS[1], "wrist": CAMERAS[2], "ext1": CAMERAS[0],
                   "ext2": CAMERAS[1]}
@@ -62,12 +62,14 @@ class ManipConfig:
     @classmethod
     def from_options(cls, task: str, **options: Any) -> "ManipConfig":
         if task not in TASK_INFO:
-            raise UserInputError(f"unknown manipulation task {task!r}: expected one of "
-                                 f"{', '.join('manip:' + t for t in TASKS)}.")
+            ids = ["manip:" + t for t in TASKS]
+            raise UserInputError(f"unknown manipulation task {task!r}: expected one of {', '.join(ids)}"
+                                 f"{did_you_mean('manip:' + task, ids)}.")
         known = set(cls.__dataclass_fields__) - {"task"}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise UserInputError(f"manip:{task} has no option {unknown[0]!r}: expected one of {sorted(known)}.")
+            hint = did_you_mean(unknown[0], known)
+            raise UserInputError(f"manip:{task} has no option {unknown[0]!r}{hint}: expected one of {sorted(known)}.")
         out: dict[str, Any] = {"task": task, "max_episode_steps": TASK_INFO[task].max_episode_steps}
         for key, value in options.items():
             if value is None:

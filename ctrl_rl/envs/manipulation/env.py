@@ -16,9 +16,12 @@ Protocol mapping:
   episode each step belongs to), ``instruction_index [N]`` int64 (which of ``task_instructions`` the episode each
   step belongs to was given).
 
-Attributes read by other code: ``robot`` (the ``RobotSpec``, ``franka_droid()``) and ``action_units`` (one unit
-string per action dimension) for the policy export; ``instructions`` (the current episode's instruction of each
-env, after the step's auto-reset) and ``task_instructions`` (the task's three phrasings) for data recorders.
+The spec (``manip_spec``, from the task and its options alone: no MuJoCo) carries the robot (the ``RobotSpec``,
+``franka_droid()``), one unit per action dimension, the name of the robot's action space the actions are and where
+the joints and the end effector sit in the ``state`` part; the policy export and the deployment runtime read them
+there. Attributes read by other code: ``instructions`` (the current episode's instruction of each env, after the
+step's auto-reset) and ``task_instructions`` (the task's three phrasings) for data recorders; ``robot``,
+``action_units`` and ``action_space_name`` are the spec's.
 
 Checkpointing keeps the seed and counters only (like the other NumPy simulators, ``envs/reseed.py``): a resumed
 run re-seeds and continues with fresh episodes.
@@ -35,17 +38,46 @@ from ctrl_rl.core.obs import ObsPart
 from ctrl_rl.envs.manipulation.config import ManipConfig
 from ctrl_rl.envs.manipulation.sim import LANGUAGE_LEN, PROPRIO_DIM
 from ctrl_rl.envs.manipulation.tasks import TASK_INFO
-from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
+from ctrl_rl.envs.protocol import EnvSpec, RobotStateLayout, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import RobotSpec, franka_droid
 
+# the first 10 proprio columns (sim.py): 7 joint positions, then the end-effector position
+STATE_LAYOUT = RobotStateLayout(joint_position=(0, 7), ee_position=(7, 10))
+
+
+def manip_spec(task: str, **options: Any) -> EnvSpec:
+    """The spec of ``manip:<task>`` with ``options`` (``ManipConfig`` fields), from the config alone."""
+    return config_spec(ManipConfig.from_options(task, **options))
+
+
+def config_spec(cfg: ManipConfig) -> EnvSpec:
+    """The spec of a batch of envs with ``cfg`` (``ManipEnv.spec``): shapes, bounds and the robot metadata."""
+    robot = franka_droid()
+    space = robot.action_space(cfg.action)
+    if cfg.action == "cartesian_velocity":
+        units = space.units  # m m m rad rad rad 1
+    else:  # the joint velocities and the gripper of the cartesian space
+        units = space.units + robot.action_space("cartesian_velocity").units[-1:]
+    action_dim = len(units)
+    obs_dim = PROPRIO_DIM + len(TASK_INFO[cfg.task].privileged)
+    parts: tuple[ObsPart, ...] = ()
+    if cfg.obs_parts_requested:
+        parts = (ObsPart("state", (obs_dim,), torch.float32),)
+        parts += tuple(ObsPart(f"image/{c}", (3, *cfg.image_size), torch.uint8) for c in cfg.cameras)
+        if cfg.language:
+            parts += (ObsPart("language", (LANGUAGE_LEN,), torch.int64),)
+    return EnvSpec(
+        env_id=f"manip:{cfg.task}", obs_shape=(obs_dim,), discrete=False, action_dim=action_dim,
+        action_low=(-1.0,) * action_dim, action_high=(1.0,) * action_dim, dt=robot.dt,
+        max_episode_steps=cfg.max_episode_steps, backend="manip", obs_parts=parts, robot=robot, action_units=units,
+        action_space_name=cfg.action, robot_state_layout=STATE_LAYOUT,
+    )
+
 
 class ManipEnv:
     """N DROID-style Franka tabletop envs of one task (see the module docstring).
-
-    ``robot_state_layout`` says where the deployment runtime's safety filter finds the joint positions and the
-    end-effector position in the ``state`` vector (``[start, stop)`` column ranges).
 
     Args:
         task: Reach, Lift, Push, PickPlace or OpenDrawer.
@@ -56,8 +88,6 @@ class ManipEnv:
             ``randomize``, ``action``, ``max_episode_steps``, ``terminate_on_success``, ``workers``).
     """
 
-    robot_state_layout = {"joint_position": (0, 7), "ee_position": (7, 10)}
-
     def __init__(self, task: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  **options: Any) -> None:
         self.config = cfg = ManipConfig.from_options(task, **options)
@@ -66,28 +96,9 @@ class ManipEnv:
             raise UserInputError(f"manip:{task} option group_size={cfg.group_size} does not divide the {self.num_envs} "
                                  "envs: expected a number of envs that is a multiple of the group size.")
         self.device = torch.device(device)
-        self.robot: RobotSpec = franka_droid()
-        self.action_space_name = cfg.action  # the robot spec's action space the env's actions are (export, deploy)
-        space = self.robot.action_space(cfg.action)
-        if cfg.action == "cartesian_velocity":
-            self.action_units = space.units  # m m m rad rad rad 1
-        else:
-            self.action_units = space.units + self.robot.action_space("cartesian_velocity").units[-1:]
-        action_dim = len(self.action_units)
+        self.spec = config_spec(cfg)
         self.task_instructions = TASK_INFO[task].instructions
-        obs_dim = PROPRIO_DIM + len(TASK_INFO[task].privileged)
-        parts: tuple[ObsPart, ...] = ()
-        if cfg.obs_parts_requested:
-            parts = (ObsPart("state", (obs_dim,), torch.float32),)
-            parts += tuple(ObsPart(f"image/{c}", (3, *cfg.image_size), torch.uint8) for c in cfg.cameras)
-            if cfg.language:
-                parts += (ObsPart("language", (LANGUAGE_LEN,), torch.int64),)
-        self.spec = EnvSpec(
-            env_id=f"manip:{task}", obs_shape=(obs_dim,), discrete=False, action_dim=action_dim,
-            action_low=(-1.0,) * action_dim, action_high=(1.0,) * action_dim, dt=self.robot.dt,
-            max_episode_steps=cfg.max_episode_steps, backend="manip", obs_parts=parts,
-        )
-        self._action_shape = (self.num_envs, action_dim)
+        self._action_shape = (self.num_envs, self.spec.action_dim)
         self._seed = int(seed)
         self._pending_seed: int | None = None
         self._resets = 0
@@ -102,6 +113,20 @@ class ManipEnv:
 
             self._group = SimGroup(task, cfg, self.robot, self.num_envs)
         self.instructions: list[str] = []
+
+    @property
+    def robot(self) -> RobotSpec:
+        assert self.spec.robot is not None
+        return self.spec.robot
+
+    @property
+    def action_units(self) -> tuple[str, ...]:
+        return self.spec.action_units
+
+    @property
+    def action_space_name(self) -> str:
+        assert self.spec.action_space_name is not None
+        return self.spec.action_space_name
 
     # ---- the BatchedEnv protocol ---------------------------------------------------------------------------------
 

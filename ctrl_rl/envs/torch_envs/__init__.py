@@ -2,7 +2,8 @@
 
 Each class satisfies ``ctrl_rl.envs.protocol.BatchedEnv``. ``TORCH_ENVS`` maps the names used in env
 ids (``torch:Pendulum``) to the simulators with a flat float32 observation; ``TORCH_PIXEL_ENVS`` those
-whose observation has several parts (camera images, ``spec.parts``). ``make_env`` builds both alike;
+whose observation has several parts (camera images, ``spec.parts``). ``make_env`` builds both alike (and
+``spec_of`` reads their ``static_spec`` without building one);
 they are kept apart because ``gym_wrapper.SingleEnvGym`` (the single-env gymnasium API; import it from
 its module, it pulls in gymnasium) and the gymnasium-style tests cover flat observations only.
 """

@@ -15,7 +15,8 @@ inner dimension, which measured ~2x slower per step on CPU at N = 2^20. Observat
 
 ``TorchEnv`` owns everything else once: action validation, the per-env step counter and time limit,
 same-step auto-reset (masked ``torch.where``, no host sync, no per-env loop), seeding and
-``state_dict``. The brief allows a tiny base here; the three methods above are the only hooks, and
+``state_dict``; and the spec from the class attributes alone (``static_spec``, which the registry's
+``spec_of`` calls without building the simulator). The brief allows a tiny base here; the three methods above are the only hooks, and
 they are pure functions of their arguments, so a simulator still reads top to bottom in one file.
 
 Auto-reset draws a fresh start state for *every* env on *every* step and keeps it only where an
@@ -71,32 +72,39 @@ class TorchEnv(ABC):
     ) -> None:
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
-        if max_episode_steps is None:
-            max_episode_steps = self.default_max_episode_steps
-        if int(max_episode_steps) < 1:
-            raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}.")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}.")
+        self.spec = type(self).static_spec(max_episode_steps)  # a simulator with spec options sets its own after this
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self.dtype = dtype
-        self.max_episode_steps = int(max_episode_steps)
-        self.spec = EnvSpec(
-            env_id=f"torch:{self.name}",
-            obs_shape=(self.obs_dim,),
-            discrete=self.discrete,
-            action_dim=self.action_dim,
-            action_low=self.action_low,
-            action_high=self.action_high,
-            dt=self.dt,
-            max_episode_steps=self.max_episode_steps,
-            backend="torch",
-        )
+        self.max_episode_steps = int(max_episode_steps if max_episode_steps is not None
+                                     else self.default_max_episode_steps)  # checked by static_spec
         self._action_shape = (self.num_envs,) if self.discrete else (self.num_envs, self.action_dim)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
         self.state = self._initial_state(self.num_envs)  # [S,N]
         self.elapsed_steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
+
+    @classmethod
+    def static_spec(cls, max_episode_steps: int | None = None) -> EnvSpec:
+        """The spec of this simulator from its class attributes alone, no state built (the registry's
+        ``spec_of``); a simulator with options that change the spec (``PointMassPixels``) extends it."""
+        if max_episode_steps is None:
+            max_episode_steps = cls.default_max_episode_steps
+        if int(max_episode_steps) < 1:
+            raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}.")
+        return EnvSpec(
+            env_id=f"torch:{cls.name}",
+            obs_shape=(cls.obs_dim,),
+            discrete=cls.discrete,
+            action_dim=cls.action_dim,
+            action_low=cls.action_low,
+            action_high=cls.action_high,
+            dt=cls.dt,
+            max_episode_steps=int(max_episode_steps),
+            backend="torch",
+        )
 
     # ---- hooks -------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import dataclasses
 import torch
 
 from ctrl_rl.core.obs import ObsPart, state_shape
+from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.torch_envs.base import TorchEnv
 
 _MAX_STEP = 0.1
@@ -135,15 +136,24 @@ class PointMassPixels(PointMass):
         image_size: int = 64,
         proprio: bool = True,
     ) -> None:
-        if int(image_size) < 8:
-            raise ValueError(f"image_size must be an integer >= 8, got {image_size!r}.")
+        spec = self.static_spec(max_episode_steps, image_size, proprio)  # checks the options first
         super().__init__(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype)
         self.image_size, self.proprio = int(image_size), bool(proprio)
-        parts = (ObsPart("image/top", (3, self.image_size, self.image_size), torch.uint8),)
-        if self.proprio:
-            parts += (ObsPart("state", (2,), torch.float32),)
-        self.spec = dataclasses.replace(self.spec, obs_shape=state_shape(parts), obs_parts=parts)
+        self.spec = spec
         self._xs, self._ys = pixel_centres(self.image_size, self.device, self.dtype)  # [S], [S]
+
+    @classmethod
+    def static_spec(cls, max_episode_steps: int | None = None, image_size: int = 64,  # type: ignore[override]
+                    proprio: bool = True) -> EnvSpec:
+        """The spec with the camera part ``image/top`` ``[3,S,S]`` and, with ``proprio``, the ``state`` part."""
+        if int(image_size) < 8:
+            raise ValueError(f"image_size must be an integer >= 8, got {image_size!r}.")
+        size = int(image_size)
+        parts = (ObsPart("image/top", (3, size, size), torch.uint8),)
+        if proprio:
+            parts += (ObsPart("state", (2,), torch.float32),)
+        base = super().static_spec(max_episode_steps)
+        return dataclasses.replace(base, obs_shape=state_shape(parts), obs_parts=parts)
 
     def _observe(self, state: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return state[0], state[1]  # the proprio part: x, y, each [N]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from ctrl_rl.envs.protocol import EnvSpec
-from ctrl_rl.envs.registry import make_env
+from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.cache import TASK_ENVS, parse_dataset_id, resolve_dataset_id
 from ctrl_rl.storage.datasets.d4rl import View, make_view, open_hdf5, read_d4rl
@@ -100,19 +100,13 @@ def infer_env_id(path_or_id: str | Path, minari_root: str | Path | None = None) 
     return env_id if shapes["observations"][1] == obs_dim and (act[1] if len(act) == 2 else 1) == action_dim else None
 
 
-def env_spec(env_id: str) -> EnvSpec:
-    """The spec of an env id, from one env built on the CPU and closed again (wrong ids: ``UserInputError``)."""
-    env = make_env(env_id, num_envs=1, device="cpu", seed=0)
-    try:
-        return env.spec
-    finally:
-        env.close()
+env_spec = spec_of  # the name cli.py imports; ``ctrl_rl.envs.spec_of`` is the one function
 
 
 def check_env_fits(ds: OfflineDataset, env_id: str, spec: EnvSpec | None = None) -> None:
-    """Refuse a dataset whose observation or action size is not the env's, naming both (builds the env unless
-    its ``spec`` is given)."""
-    spec = spec if spec is not None else env_spec(env_id)
+    """Refuse a dataset whose observation or action size is not the env's, naming both (the env's spec from
+    ``spec_of`` unless ``spec`` is given)."""
+    spec = spec if spec is not None else spec_of(env_id)
     discrete = ds.action.ndim == 1
     fits = ds.obs_dim == spec.obs_dim and discrete == spec.discrete and (discrete or ds.action_dim == spec.action_dim)
     if not fits:
