@@ -34,7 +34,7 @@ import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first wind
 import tyro
 
 from ctrl_rl.learn.config import RunConfig
-from ctrl_rl.errors import UserInputError
+from ctrl_rl.errors import UserInputError, did_you_mean
 
 USAGE = __doc__.split("\n\n")[1]
 C = TypeVar("C")
@@ -105,15 +105,12 @@ def _flag_names(*classes: type) -> set[str]:
 
 
 def _check_flags(args: list[str], valid: set[str], command: str) -> None:
-    import difflib
-
     for tok in args:
         if tok.startswith("-") and not re.fullmatch(r"-\d.*|-\.\d.*|-inf|-nan", tok):
             name = tok.split("=", 1)[0]
             if name not in valid:
-                close = difflib.get_close_matches(name, sorted(valid), n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise UserInputError(f"unknown flag {name!r} for `{command}`{hint}: see `{command} --help` for the flags it takes")
+                raise UserInputError(f"unknown flag {name!r} for `{command}`{did_you_mean(name, valid)}: see "
+                                     f"`{command} --help` for the flags it takes")
 
 
 def _tyro_parse(cls, args: list[str], default, prog: str):

@@ -82,3 +82,14 @@ def test_eval_of_a_file_that_is_not_a_checkpoint_is_one_sentence(tmp_path, conte
     p.write_bytes(content)
     line = one_sentence(cli("eval", p))
     assert str(p) in line
+
+
+def test_unknown_names_get_one_did_you_mean_hint(tmp_path):
+    """Flags, env ids and algorithm names share one hint (``ctrl_rl.errors.did_you_mean``) inside one sentence."""
+    line = one_sentence(cli("train", "sac", "--totl-steps", "5", cwd=tmp_path))
+    assert "unknown flag '--totl-steps'" in line and "(did you mean '--total-steps'?)" in line
+    line = one_sentence(cli("train", "sac", "--env", "torch:Pendulm", "--total-steps", "5", cwd=tmp_path))
+    assert "unknown env id 'torch:Pendulm'" in line and "(did you mean 'torch:Pendulum'?)" in line
+    line = one_sentence(cli("train", "sacc", cwd=tmp_path))
+    assert "unknown algorithm 'sacc'" in line and "(did you mean 'sac'?)" in line
+    assert not list(tmp_path.iterdir())

@@ -59,7 +59,7 @@ import torch
 from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.datagen import behaviour as B
 from ctrl_rl.envs.gymnasium import make
-from ctrl_rl.errors import UserInputError
+from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
 from ctrl_rl.learn.offpolicy import train_offpolicy
 from ctrl_rl.learn.progress import progress_bar
@@ -486,11 +486,8 @@ def plan(env_id: str, level: str, steps: int = 1_000_000, seed: int = 0, num_env
         raise UserInputError(f"env {env_id!r}: expected the Gymnasium id {B.TASK_ENVS[task]!r}")
     levels = list(LEVELS) if level == "all" else [level]
     if level not in LEVELS and level != "all":
-        import difflib
-
-        close = difflib.get_close_matches(level, [*LEVELS, "all"], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserInputError(f"unknown level {level!r}{hint}: expected one of {', '.join(LEVELS)} or all")
+        raise UserInputError(f"unknown level {level!r}{did_you_mean(level, [*LEVELS, 'all'])}: expected one of "
+                             f"{', '.join(LEVELS)} or all")
     for flag, value in (("--steps", steps), ("--num-envs", num_envs)):
         if value < 1:
             raise UserInputError(f"invalid {flag} {value}: expected a positive integer")

@@ -40,6 +40,8 @@ from torch import nn
 
 from ctrl_rl.core.obs import ObsPart
 from ctrl_rl.core.protocols import ChunkPolicy, LanguagePolicy, Recurrent
+from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.errors import UserInputError
 
 FORMATS = ("onnx", "pt2")
@@ -151,14 +153,11 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _robot_and_units(env, action_dim: int) -> tuple[dict | None, list[str], str | None]:
-    """The env's robot spec (a task built on ``robots.spec`` has a ``robot`` attribute), its action units
-    (``action_units``) and the name of its action space among the robot's (``action_space_name``); else None,
-    ``"env"`` per dimension (the env's own units, as its bounds) and None."""
-    base = env.unwrapped() if callable(getattr(env, "unwrapped", None)) else env
-    robot = getattr(base, "robot", None)
-    units = list(getattr(base, "action_units", ())) or ["env"] * action_dim
-    return (robot.to_dict() if robot is not None else None), units, getattr(base, "action_space_name", None)
+def _robot_and_units(spec: EnvSpec) -> tuple[dict | None, list[str], str | None]:
+    """The env spec's robot (a task built on ``robots.spec``), its action units and the name of its action space
+    among the robot's; else None, ``"env"`` per dimension (the env's own units, as its bounds) and None."""
+    units = list(spec.action_units) or ["env"] * spec.action_dim
+    return (spec.robot.to_dict() if spec.robot is not None else None), units, spec.action_space_name
 
 
 def _json_default(x):
@@ -226,14 +225,11 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     """Export the policy of a run directory or checkpoint file (module docstring); returns ``policy.json``'s
     content, with ``out`` the directory written."""
     from ctrl_rl.learn.evaluate import load_policy
-    from ctrl_rl.learn.runtime import build_env
 
     algo, run, ck_path, ck = load_policy(path, "cpu")
     spec = algo.spec  # the agent's: actions in [-1, 1]
-    probe = build_env(run, 1, 0)
-    env_spec = probe.unwrapped().spec  # the env's own action bounds
-    robot, units, space = _robot_and_units(probe, spec.action_dim)
-    probe.close()
+    env_spec = spec_of(run.env)  # the env's own action bounds and robot metadata, no env built where avoidable
+    robot, units, space = _robot_and_units(env_spec)
     policy = algo.exportable().eval()
     chunk = policy.chunk if isinstance(policy, ChunkPolicy) else None  # a chunk policy (VLA) keeps its own state
     recurrent = isinstance(algo, Recurrent) and chunk is None

@@ -69,8 +69,8 @@ class SimRobot:
     """A ctrl_rl env (one instance) behind ``RobotInterface``; episodes restart automatically.
 
     ``episodes`` holds one dict per finished episode: return, length and success (when the env reports
-    ``info["success"]``). An env with a ``robot_state_layout`` (the manipulation tasks: column ranges of the joint
-    positions and the end-effector position in its ``state`` vector) gives the filter what it checks.
+    ``info["success"]``). An env whose spec has a ``robot_state_layout`` (the manipulation tasks: column ranges of
+    the joint positions and the end-effector position in its ``state`` vector) gives the filter what it checks.
     """
 
     def __init__(self, env_id: str, seed: int = 0):
@@ -91,14 +91,14 @@ class SimRobot:
 
     @property
     def robot(self) -> RobotSpec | None:
-        return getattr(self.env, "robot", None)
+        return self.spec.robot
 
     def _state(self) -> RobotState:
-        layout = getattr(self.env, "robot_state_layout", None)
+        layout = self.spec.robot_state_layout
         if layout is None:
             return RobotState()
         state = (self._obs["state"] if isinstance(self._obs, dict) else self._obs)[0].cpu().numpy()  # [O]
-        (a, b), (c, d) = layout["joint_position"], layout["ee_position"]
+        (a, b), (c, d) = layout.joint_position, layout.ee_position
         return RobotState(joint_position=state[a:b].astype(np.float64), ee_position=state[c:d].astype(np.float64))
 
     def observe(self) -> Observation:
