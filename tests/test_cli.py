@@ -99,10 +99,10 @@ def test_sac_train_eval_and_resume_from_the_cli(tmp_path):
 @pytest.mark.parametrize("velocity", ["gated", "decoded", "naive"])
 def test_sac_flow_trains_from_the_cli(velocity, tmp_path):
     d = tmp_path / "flow"
-    r = cli("train", "sac_flow", "--env", "torch:Pendulum", "--run-dir", d, "--velocity", velocity, "--flow-hidden", "32",
-            "--noise-hidden", "32", "--d-model", "16", "--n-layers", "1", "--critic-hidden", "32", "32", "--num-envs", "4",
-            "--total-steps", "200", "--learning-starts", "100", "--batch-size", "32", "--log-every", "25", "--threads", "1",
-            "--no-progress")
+    r = cli("train", "sac_flow", "--env", "torch:Pendulum", "--run-dir", d, "--velocity", velocity,
+            "--flow-hidden", "32", "--noise-hidden", "32", "--d-model", "16", "--n-layers", "1",
+            "--critic-hidden", "32", "32", "--num-envs", "4", "--total-steps", "200", "--learning-starts", "100",
+            "--batch-size", "32", "--log-every", "25", "--threads", "1", "--no-progress")
     assert r.returncode == 0, r.stderr
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["algo"] == "sac_flow" and cfg["config"]["velocity"] == velocity
@@ -212,8 +212,8 @@ def test_torchrun_two_processes_train_data_parallel(tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     d = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29517", "-m", "ctrl_rl", "train", "ppo",
-                        "--env", "torch:Pendulum", "--run-dir", str(d), *SMALL], capture_output=True, text=True,
+    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", "29517", "-m", "ctrl_rl", "train",
+                        "ppo", "--env", "torch:Pendulum", "--run-dir", str(d), *SMALL], capture_output=True, text=True,
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     ck = load_checkpoint(d / "checkpoints" / "latest.pt")

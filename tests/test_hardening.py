@@ -167,15 +167,15 @@ def test_a_second_process_on_the_same_run_dir_is_refused(tmp_path):
                 break
             time.sleep(0.1)
         assert (d / ".lock").exists()
-        refused(cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--total-steps", "100"), "in use by process",
-                str(first.pid))
+        refused(cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--total-steps", "100"),
+                "in use by process", str(first.pid))
     finally:
         first.kill()
         first.wait()
     # the lock of the killed process is stale: a run that resumes takes it over once there is a checkpoint;
     # without one the directory restarts
-    r = cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--total-steps", "300", "--learning-starts", "100",
-            "--no-progress", "--threads", "1")
+    r = cli("train", "sac", "--env", "torch:Pendulum", "--run-dir", d, "--total-steps", "300",
+            "--learning-starts", "100", "--no-progress", "--threads", "1")
     assert r.returncode == 0, r.stderr[-2000:]
 
 

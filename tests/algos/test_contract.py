@@ -12,14 +12,14 @@ A new regime needs a ``Case`` below: ``test_every_registered_algorithm_has_a_cas
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.core.obs import ObsPart
 from ctrl_rl.core.protocols import Algorithm, Recurrent
 from ctrl_rl.core.types import Rollout, Transition
 from ctrl_rl.envs.protocol import EnvSpec
@@ -172,8 +172,8 @@ def plain(state: Any) -> Any:
 
 
 def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and a[k].dtype == b[k].dtype and torch.equal(a[k], b[k])
-                                        for k in a)
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and a[k].dtype == b[k].dtype
+                                        and torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("name", ALGOS)
@@ -188,7 +188,8 @@ def test_one_update_gives_finite_tensors_and_moves_parameters(name):
     assert not bad, f"{name}: non-finite {bad}"
     assert algo.parameters_finite()
     after = tensors(algo.state_dict())
-    assert before.keys() <= after.keys(), f"{name}: the update dropped state entries {sorted(before.keys() - after.keys())}"
+    assert before.keys() <= after.keys(), (f"{name}: the update dropped state entries "
+                                           f"{sorted(before.keys() - after.keys())}")
     moved = [k for k in before if not torch.equal(before[k], after[k])]
     assert moved, f"{name}: one update changed no tensor of its state"
 

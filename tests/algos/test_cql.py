@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from ctrl_rl.algos import registry
 from ctrl_rl.algos.cql import (
     CQL,
     MCTransition,
@@ -13,7 +14,6 @@ from ctrl_rl.algos.cql import (
     ensemble_forward,
     max_backup_target,
 )
-from ctrl_rl.algos import registry
 from ctrl_rl.algos.sac import SAC
 from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.types import Transition
@@ -54,7 +54,8 @@ def test_discounted_returns_to_go_with_terminal_and_timeout_episode():
     G = discounted_returns_to_go(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), torch.tensor([0, 3, 5]), 0.5)
     torch.testing.assert_close(G, torch.tensor([1 + 0.5 * 2 + 0.25 * 3, 2 + 0.5 * 3, 3.0, 4 + 0.5 * 5, 5.0]))
     # an all-failure sparse episode gets r_neg / (1 - gamma); the other keeps its sum
-    G2 = discounted_returns_to_go(torch.tensor([-1.0, -1.0, -1.0, 0.0]), torch.tensor([0, 2, 4]), 0.5, sparse_negative_reward=-1.0)
+    G2 = discounted_returns_to_go(torch.tensor([-1.0, -1.0, -1.0, 0.0]), torch.tensor([0, 2, 4]), 0.5,
+                                  sparse_negative_reward=-1.0)
     torch.testing.assert_close(G2, torch.tensor([-2.0, -2.0, -1.0, 0.0]))
 
 
@@ -142,7 +143,8 @@ def test_critic_losses_match_brute_force_loop(calql, importance):
             pol = [(torch.tanh(u), _tanh_normal_logp(ms[0], ls[0].exp(), u)) for u in us] + \
                   [(torch.tanh(u), _tanh_normal_logp(mn[0], ln[0].exp(), u)) for u in un[:K]]
             samples = [(uni[i, j], A * math.log(0.5)) for j in range(K)] + pol
-            q_tgt = [min(float(cql.critic_target(torch.cat([b.next_obs[i], torch.tanh(u)])[None])[e, 0, 0]) for e in subset)
+            q_tgt = [min(float(cql.critic_target(torch.cat([b.next_obs[i], torch.tanh(u)])[None])[e, 0, 0])
+                         for e in subset)
                      for u in un[K:]]
             y = float(b.reward[i]) + 0.9 * (not bool(b.terminated[i])) * max(q_tgt)
             q_all = cql.critic(torch.cat([b.obs[i], act[i]])[None])[:, 0, 0]  # [E]
@@ -259,7 +261,8 @@ def test_calql_needs_mc_returns_and_bad_configs_are_rejected():
 
 def test_wsrl_locomotion_defaults():
     c = cql_config()
-    assert (c.num_critics, c.target_subset, c.layer_norm, c.actor_layer_norm, c.backup_entropy) == (10, 2, True, True, False)
+    assert ((c.num_critics, c.target_subset, c.layer_norm, c.actor_layer_norm, c.backup_entropy)
+            == (10, 2, True, True, False))
     assert (c.actor_lr, c.critic_lr, c.alpha_lr, c.alpha_cql, c.final_hidden_scale) == (1e-4, 3e-4, 1e-4, 5.0, 1e-2)
     assert c.max_target_backup and c.importance_sampling and c.action_clip == 0.99999
     entry = registry.get("calql")

@@ -23,8 +23,9 @@ def _one_thread():
 
 def _batch(B=32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1, torch.randn(B, generator=g),
-                      torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.2, torch.zeros(B, dtype=torch.bool))
+    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1,
+                      torch.randn(B, generator=g), torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.2,
+                      torch.zeros(B, dtype=torch.bool))
 
 
 def test_expectile_loss_and_awr_weights_hand_numbers():

@@ -16,8 +16,12 @@ from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.offline import OfflineDataset
 from ctrl_rl.storage.tapes import TapeBatch, TapeBuffer
-from ctrl_rl.world_models.history import (HistoryCollector, prefix_inputs, trajectories_from_dataset,
-                                          uncertainty_threshold)
+from ctrl_rl.world_models.history import (
+    HistoryCollector,
+    prefix_inputs,
+    trajectories_from_dataset,
+    uncertainty_threshold,
+)
 from ctrl_rl.world_models.protocol import ModelStep
 
 O, A = 3, 2
@@ -136,7 +140,8 @@ def test_linear_scan_and_the_lru_over_a_sequence_equal_the_step_by_step_recurren
 def test_sequence_puts_each_history_and_the_next_input_after_every_tape():
     b = tape_batch(lengths=(2, 1), real=(1, 0))
     seq, start, pos = NeuBay.sequence(b)
-    assert pos.tolist() == [0, 1, 3] and seq.shape == (5, O + A + 1) and start.tolist() == [True, False, False, True, False]
+    assert (pos.tolist() == [0, 1, 3] and seq.shape == (5, O + A + 1)
+            and start.tolist() == [True, False, False, True, False])
     x = prefix_inputs(b.obs, b.action, b.reward, b.first)
     assert torch.equal(seq[[0, 1, 3]], x)
     assert torch.equal(seq[1, O:O + A], b.action[0]) and seq[1, -1] == b.reward[0] and torch.all(seq[3, O:] == 0)
@@ -178,7 +183,7 @@ def test_traced_export_matches_the_agents_deterministic_actions():
     with torch.no_grad():
         traced = torch.jit.trace(pol, (obs, pa, pr, h))
     algo.reset_state(N)
-    for t in range(4):
+    for _t in range(4):
         o, r = torch.randn(N, O), torch.randn(N)
         with torch.no_grad():
             a_eager, h_eager = pol(o, pa, pr, h)

@@ -149,7 +149,8 @@ def test_env_id_options():
         "torch:PointMassPixels", {"image_size": 16, "proprio": False})
     env = make_env("torch:PointMassPixels,image_size=16,proprio=false", 2)
     assert [(p.name, p.shape) for p in env.spec.parts] == [("image/top", (3, 16, 16))]
-    for bad in ("torch:PointMassPixels,size=16", "torch:PointMassPixels,image_size", "torch:PointMassPixels,image_size=4"):
+    for bad in ("torch:PointMassPixels,size=16", "torch:PointMassPixels,image_size",
+                "torch:PointMassPixels,image_size=4"):
         with pytest.raises(UserInputError):
             make_env(bad)
     with pytest.raises(UserInputError, match="one place"):
@@ -161,9 +162,10 @@ def test_env_id_options():
 ENV = "torch:PointMassPixels,image_size=16"
 FLAGS = ["--env", ENV, "--cnn-layers", "2", "--cnn-channels", "8", "--image-features", "16", "--threads", "1",
          "--no-progress", "--actor-hidden", "16", "16", "--critic-hidden", "16", "16"]
-PPO_FLAGS = ["--num-envs", "8", "--rollout-steps", "8", "--minibatch-size", "32", "--epochs", "2", "--checkpoint-every", "1"]
-SAC_FLAGS = ["--num-envs", "4", "--learning-starts", "48", "--batch-size", "16", "--buffer-size", "256", "--drq-pad", "2",
-             "--save-replay"]
+PPO_FLAGS = ["--num-envs", "8", "--rollout-steps", "8", "--minibatch-size", "32", "--epochs", "2",
+             "--checkpoint-every", "1"]
+SAC_FLAGS = ["--num-envs", "4", "--learning-starts", "48", "--batch-size", "16", "--buffer-size", "256",
+             "--drq-pad", "2", "--save-replay"]
 
 
 def _train(capsys, *args) -> dict:

@@ -30,7 +30,8 @@ def test_update_on_synthetic_batch_moves_parameters_and_reports_finite_losses(sp
     algo = PPO(cfg, spec, "cpu", torch.Generator().manual_seed(0))
     obs, action, reward, term, trunc, final = _batch(spec)
     _, logp = algo.sample(obs.view(-1, spec.obs_dim))
-    logp = algo.ac.log_prob_entropy(algo.ac.features(obs.view(-1, spec.obs_dim)), action.view(128, *action.shape[2:]))[0]
+    logp = algo.ac.log_prob_entropy(algo.ac.features(obs.view(-1, spec.obs_dim)),
+                                    action.view(128, *action.shape[2:]))[0]
     before = [p.detach().clone() for p in algo.params]
     info = algo.update(Rollout(obs, action, logp.view(8, 16).detach(), reward, term, trunc, final))
     assert all(math.isfinite(v) for v in info.values())

@@ -74,7 +74,8 @@ class ToyAlgo:
 @pytest.fixture
 def toy():
     entry = register(AlgoEntry("toy_bandit", ToyConfig, ToyAlgo, regime="off-policy", summary="a test algorithm",
-                               run_defaults={"num_envs": 2, "total_steps": 400, "log_every": 50, "checkpoint_every": 100},
+                               run_defaults={"num_envs": 2, "total_steps": 400, "log_every": 50,
+                                            "checkpoint_every": 100},
                                loop_defaults={"batch_size": 16, "learning_starts": 40}))
     yield entry
     registry.unregister("toy_bandit")

@@ -13,8 +13,9 @@ SPEC = EnvSpec("synthetic:cont", (5,), False, 2, (-1.0, -1.0), (1.0, 1.0))
 
 def _batch(B=64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1, torch.randn(B, generator=g),
-                      torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1, torch.zeros(B, dtype=torch.bool))
+    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1,
+                      torch.randn(B, generator=g), torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1,
+                      torch.zeros(B, dtype=torch.bool))
 
 
 def test_ensemble_mlp_equals_independent_members():
@@ -48,7 +49,8 @@ def test_td_target_uses_min_over_the_given_subset_and_stops_at_termination():
 
 @pytest.mark.parametrize("n,m,ln", [(2, 2, False), (10, 2, True)])
 def test_update_moves_parameters_and_targets_by_tau(n, m, ln):
-    cfg = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), num_critics=n, target_subset=m, layer_norm=ln, tau=0.1)
+    cfg = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), num_critics=n, target_subset=m, layer_norm=ln,
+                    tau=0.1)
     sac = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(0))
     actor0 = [p.detach().clone() for p in sac.actor.parameters()]
     tgt0 = [p.detach().clone() for p in sac.critic_target.parameters()]

@@ -4,8 +4,15 @@ import pytest
 import torch
 from torch.distributions import Normal, TanhTransform
 
-from ctrl_rl.algos.sac_flow import (SACFlow, SACFlowConfig, flow_matching_loss, o2o_actor_loss, o2o_update,
-                                    pre_tanh_action, pretrain_step)
+from ctrl_rl.algos.sac_flow import (
+    SACFlow,
+    SACFlowConfig,
+    flow_matching_loss,
+    o2o_actor_loss,
+    o2o_update,
+    pre_tanh_action,
+    pretrain_step,
+)
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.storage.replay import ReplayBuffer
@@ -22,8 +29,9 @@ def _cfg(velocity="gated", **kw):
 
 def _batch(B=64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1, torch.randn(B, generator=g),
-                      torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1, torch.zeros(B, dtype=torch.bool))
+    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1,
+                      torch.randn(B, generator=g), torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1,
+                      torch.zeros(B, dtype=torch.bool))
 
 
 def _brute_force(actor, obs, velocity, gen_state):
@@ -207,7 +215,8 @@ def test_pre_tanh_action_is_finite_at_the_bounds():
 @pytest.mark.parametrize("velocity", VELOCITIES)
 def test_flow_matching_pretraining_fits_the_data(velocity):
     torch.manual_seed(0)
-    algo = SACFlow(_cfg(velocity, actor_lr=3e-3, flow_batch_renorm=False), SPEC, "cpu", torch.Generator().manual_seed(0))
+    algo = SACFlow(_cfg(velocity, actor_lr=3e-3, flow_batch_renorm=False), SPEC, "cpu",
+                   torch.Generator().manual_seed(0))
     buf = _buffer()
     obs, act = buf.obs[:256], buf.action[:256]
 

@@ -1,6 +1,12 @@
 import torch
 
-from ctrl_rl.core.distributions import categorical_log_prob, categorical_sample, normal_entropy, normal_kl, normal_log_prob
+from ctrl_rl.core.distributions import (
+    categorical_log_prob,
+    categorical_sample,
+    normal_entropy,
+    normal_kl,
+    normal_log_prob,
+)
 from ctrl_rl.core.nets import RunningNorm, mlp
 
 

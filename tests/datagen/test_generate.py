@@ -64,7 +64,8 @@ def test_actions_are_sampled_and_their_log_probs_are_the_actors(hopper_rows):
 def test_stitch_cuts_the_first_part_at_its_last_complete_episode():
     first = {"rewards": np.ones(7, np.float32), "terminals": np.array([0, 0, 1, 0, 0, 0, 0], bool),
              "timeouts": np.array([0, 0, 0, 0, 1, 0, 0], bool)}
-    second = {"rewards": np.full(3, 2, np.float32), "terminals": np.zeros(3, bool), "timeouts": np.array([0, 0, 1], bool)}
+    second = {"rewards": np.full(3, 2, np.float32), "terminals": np.zeros(3, bool),
+              "timeouts": np.array([0, 0, 1], bool)}
     out = stitch(first, second)
     assert len(out["rewards"]) == 5 + 3 and out["rewards"][5:].tolist() == [2, 2, 2]
     assert complete_returns(out).tolist() == [3.0, 2.0, 6.0]
@@ -204,7 +205,7 @@ def test_replay_rows_of_several_envs_keep_episodes_contiguous():
     assert rows["terminals"].tolist() == [0, 1, 0, 0, 0] and rows["timeouts"].tolist() == [0, 0, 0, 0, 1]
 
 
-# -- behaviour files, export script, all levels from a tiny SAC run -----------------------------------------------------
+# -- behaviour files, export script, all levels from a tiny SAC run ------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A 400-step SAC run on Hopper-v5 with 16-unit networks, snapshots every 200 steps and the replay saved."""
@@ -232,8 +233,8 @@ def tiny_behaviour(tiny_run, tmp_path_factory):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     out = tmp_path_factory.mktemp("behaviour")
-    argv = ["--run", str(tiny_run), "--env", "Hopper-v5", "--episodes", "2", "--ref-episodes", "3", "--out-dir", str(out),
-            "--workers", "1"]
+    argv = ["--run", str(tiny_run), "--env", "Hopper-v5", "--episodes", "2", "--ref-episodes", "3",
+            "--out-dir", str(out), "--workers", "1"]
     assert script.main(argv) == 0
     return out
 

@@ -29,7 +29,8 @@ def test_scripted_reach_round_trip(tmp_path, capsys):
         f = d.frames(e)
         T = len(f["frame_index"])
         assert f["is_first"][0] and f["is_last"][-1] and f["is_terminal"][-1] and not f["is_terminal"][:-1].any()
-        assert np.allclose(f["action"], np.concatenate([f["action.joint_position"], f["action.gripper_position"][:, None]], 1))
+        assert np.allclose(f["action"],
+                           np.concatenate([f["action.joint_position"], f["action.gripper_position"][:, None]], 1))
         assert np.allclose(f["action.original"][:, :6], f["action.cartesian_velocity"])
         # the joints an action reached are the next frame's observed joints
         assert np.allclose(f["action.joint_position"][:-1], f["observation.state.joint_position"][1:], atol=1e-6)

@@ -10,7 +10,6 @@ import pytest
 from ctrl_rl.learn.checkpoint import save_checkpoint
 from ctrl_rl.storage.datasets.cache import DATA_DIR_ENV
 from ctrl_rl.storage.datasets.scores import D4RL_REFERENCES
-
 from tests.scripts import experiment_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +31,8 @@ def fake_run(d: Path, algo: str, seed: int, budget: int, curve: dict[int, float]
              with_score: bool = True) -> None:
     """A run directory as ctrl-rl writes it: config.json and metrics.jsonl with evaluation rows."""
     d.mkdir(parents=True)
-    cfg = {"algo": algo, "run": {"env": "Hopper-v5", "total_steps": budget, "seed": seed}, "config": {"learning_starts": warmup}}
+    cfg = {"algo": algo, "run": {"env": "Hopper-v5", "total_steps": budget, "seed": seed},
+           "config": {"learning_starts": warmup}}
     (d / "config.json").write_text(json.dumps(cfg))
     key = "eval_return" if online else "episode_return"
     rows = []
@@ -44,7 +44,8 @@ def fake_run(d: Path, algo: str, seed: int, budget: int, curve: dict[int, float]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-GRID = ["--tasks", "hopper", "--offline-levels", "medium", "--o2o-datasets", "hopper-medium-replay", "--seeds", "0", "1",
+GRID = ["--tasks", "hopper", "--offline-levels", "medium", "--o2o-datasets", "hopper-medium-replay",
+        "--seeds", "0", "1",
         "--offline-steps", "100", "--eval-every", "50", "--online-steps", "200", "--online-eval-every", "100",
         "--eval-episodes", "2"]
 
@@ -75,14 +76,15 @@ def test_summary_tables(table, tmp_path, monkeypatch):
     for s, final in ((0, 30.0), (1, 50.0)):
         fake_run(rep / f"cql-s{s}", "cql", s, 100, {50: 5.0, 100: final}, online=False)
         # WSRL: starts at CQL's score, dips after the 100-step warm-up, ends higher
-        fake_run(rep / f"wsrl-s{s}", "wsrl", s, 200, {0: final, 100: final, 150: final - 10, 200: final + 20}, online=True,
-                 warmup=100)
+        fake_run(rep / f"wsrl-s{s}", "wsrl", s, 200, {0: final, 100: final, 150: final - 10, 200: final + 20},
+                 online=True, warmup=100)
     fake_run(rep / "rlpd-s0", "rlpd", 0, 200, {0: 1.0, 100: 1.0, 200: 41.0}, online=True, warmup=100)  # rlpd-s1 missing
     fake_run(med / "mopo-s0", "mopo", 0, 100, {50: 35.0, 100: 70.0}, online=False)  # mopo-s1 missing
     fit = med / "dynamics"
     fit.mkdir()
     (fit / "model.pt").write_bytes(b"")
-    (fit / "metrics.jsonl").write_text("".join(json.dumps({"step": e, "holdout_mse": 1 / e - 1 / 12, "calibration": 0.2 * e})
+    (fit / "metrics.jsonl").write_text("".join(json.dumps({"step": e, "holdout_mse": 1 / e - 1 / 12,
+                                                           "calibration": 0.2 * e})
                                                + "\n" for e in (1, 2, 3)))
     args = table.parse_args(GRID + ["--runs-dir", str(runs)])
     table.summarize(table.grid_spec(args), runs, out, "GRID-COMMAND", "SUMMARY-COMMAND")
@@ -110,10 +112,12 @@ def test_summary_tables(table, tmp_path, monkeypatch):
            for x in md.splitlines() if x.startswith("| hopper-medium-replay-v5 | ")}
     # step 0, final, min after warm-up, mean over the run (trapezoids / budget)
     assert o2o["wsrl"] == ["40.0 ± 14.1 (n=2)", "60.0 ± 14.1 (n=2)", "30.0 ± 14.1 (n=2)", "40.0 ± 14.1 (n=2)"]
-    assert o2o["rlpd"] == ["1.0 (n=1) [1 missing]", "41.0 (n=1) [1 missing]", "41.0 (n=1) [1 missing]", "11.0 (n=1) [1 missing]"]
+    assert o2o["rlpd"] == ["1.0 (n=1) [1 missing]", "41.0 (n=1) [1 missing]", "41.0 (n=1) [1 missing]",
+                           "11.0 (n=1) [1 missing]"]
     assert o2o["retained"] == ["— [2 missing]"] * 4
     assert "largest per-seed difference 0.00 -> holds" in md
-    assert "dip 10.0 points); collapse (minimum below 50% of the run's step-0 score) in 0 of 2 seed(s) -> no collapse" in md
+    assert ("dip 10.0 points); collapse (minimum below 50% of the run's step-0 score) in 0 of 2 seed(s) "
+            "-> no collapse") in md
     assert "40.0 (WSRL) vs 11.0 (RLPD) -> WSRL above" in md
 
     rows = list(csv.DictReader((out / "d4rl.csv").open()))
@@ -121,7 +125,8 @@ def test_summary_tables(table, tmp_path, monkeypatch):
     cql1 = next(r for r in rows if r["dataset"] == "hopper-medium-v5" and r["method"] == "cql" and r["seed"] == "1")
     assert cql1["complete"] == "False" and cql1["steps_done"] == "50"
     iql1 = next(r for r in rows if r["method"] == "iql" and r["seed"] == "1")
-    assert float(iql1["final_score_d4rl"]) == pytest.approx(60.0) and float(iql1["final_score_local"]) == pytest.approx(ret(60) / 10)
+    assert (float(iql1["final_score_d4rl"]) == pytest.approx(60.0)
+            and float(iql1["final_score_local"]) == pytest.approx(ret(60) / 10))
     assert (out / "d4rl_offline.png").stat().st_size > 0 and (out / "d4rl_o2o.png").stat().st_size > 0
 
 
@@ -151,7 +156,8 @@ def test_dry_run_prints_the_commands(table, tmp_path, capsys):
     assert "data generate --env Hopper-v5 --level medium --no-progress" in lines
     assert "# complete: hopper-medium-replay-v5/cql-s0" in lines
     assert (f"train iql --dataset hopper-medium-v5 --env Hopper-v5 --total-steps 100 --eval-every 50 --eval-episodes 2 "
-            f"--seed 0 --run-dir {runs}/hopper-medium-v5/iql-s0 --checkpoint-every 50 --no-progress --cosine-steps 100") in lines
+            f"--seed 0 --run-dir {runs}/hopper-medium-v5/iql-s0 --checkpoint-every 50 --no-progress "
+            f"--cosine-steps 100") in lines
     assert f"train rlpd --resume {rep}/rlpd-s0 --total-steps 200 --no-progress" in lines
     o2o = "--env Hopper-v5 --total-steps 200 --eval-every 100 --eval-episodes 2 --seed 0"
     assert (f"train wsrl --init {rep}/cql-s0 {o2o} --run-dir {rep}/wsrl-s0 --checkpoint-every 100 --no-progress "
@@ -160,7 +166,8 @@ def test_dry_run_prints_the_commands(table, tmp_path, capsys):
             f"{rep}/retained-s0 --checkpoint-every 100 --no-progress --save-replay --num-critics 2") in lines
     # the model-based rows: one dynamics fit per dataset and kind, the agents load it with --model
     fit = runs / "hopper-medium-v5" / "dynamics"
-    assert (f"train dynamics --env Hopper-v5 --dataset hopper-medium-v5 --seed 0 --run-dir {fit} --no-progress") in lines
+    assert (f"train dynamics --env Hopper-v5 --dataset hopper-medium-v5 --seed 0 --run-dir {fit} "
+            f"--no-progress") in lines
     neubay_fit = next(x for x in lines if x.startswith("train dynamics") and "dynamics-neubay" in x)
     assert "--members 128" in neubay_fit and "--elites 100" in neubay_fit
     mopo = next(x for x in lines if x.startswith("train mopo"))
@@ -178,8 +185,8 @@ def test_dry_run_shared_model_and_capped_fit(table, tmp_path, capsys):
     --mb-algos alone, without model-free rows (--offline-algos with no names)."""
     runs = tmp_path / "runs"
     table.main(GRID + ["--seeds", "0", "1", "--o2o-datasets", "--offline-algos", "--mb-algos", "mopo", "neubay",
-                       "--neubay-model", "shared", "--dynamics-epochs", "3", "--mb-steps", "40", "--runs-dir", str(runs),
-                       "--dry-run"])
+                       "--neubay-model", "shared", "--dynamics-epochs", "3", "--mb-steps", "40",
+                       "--runs-dir", str(runs), "--dry-run"])
     lines = [x.split("ctrl_rl ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
     train = [x for x in lines if x.startswith("train ")]
     fit = runs / "hopper-medium-v5" / "dynamics"

@@ -100,7 +100,8 @@ def test_ray_backend_with_two_local_actors(tmp_path, capsys):
 
 def test_ray_backend_without_ray_is_one_sentence(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    code = main(["train", "impala", *FLAGS, "--backend", "ray", "--total-steps", "64", "--run-dir", str(tmp_path / "x")])
+    code = main(["train", "impala", *FLAGS, "--backend", "ray", "--total-steps", "64",
+                 "--run-dir", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "pip install 'ctrl-rl[ray]'" in err and "\n" not in err
     assert not (tmp_path / "x").exists()

@@ -13,8 +13,14 @@ import pytest
 import torch
 
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.learn.checkpoint import (FORMAT, VERSION, global_rng_state, load_checkpoint, remove_stale_tmp,
-                                      save_checkpoint)
+from ctrl_rl.learn.checkpoint import (
+    FORMAT,
+    VERSION,
+    global_rng_state,
+    load_checkpoint,
+    remove_stale_tmp,
+    save_checkpoint,
+)
 
 
 def payload(seed: int = 0) -> dict:

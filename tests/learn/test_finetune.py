@@ -7,9 +7,9 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.algos.iql import IQLConfig
-from ctrl_rl.learn.config import OfflineLoopConfig, OffPolicyLoopConfig, RunConfig
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import OfflineLoopConfig, OffPolicyLoopConfig, RunConfig
 from ctrl_rl.learn.offline import train_offline
 from ctrl_rl.learn.offpolicy import train_offpolicy
 from ctrl_rl.learn.train import train
@@ -50,8 +50,8 @@ def test_wsrl_starts_at_the_offline_score_and_keeps_the_pretrained_networks_duri
     data, cql_dir = pretrained
     offline_eval = [r for r in _rows(cql_dir) if "episode_return" in r][-1]["episode_return"]
     loop = _loop(init=str(cql_dir), batch_size=64, learning_starts=300)
-    res = train_offpolicy(_online(loop, eval_every=200, eval_episodes=2, total_steps=200), "wsrl", WSRL.default_config(),
-                          tmp_path / "w")
+    res = train_offpolicy(_online(loop, eval_every=200, eval_episodes=2, total_steps=200), "wsrl",
+                          WSRL.default_config(), tmp_path / "w")
     evals = [r for r in _rows(tmp_path / "w") if "eval_return" in r]
     assert evals[0]["step"] == 0 and evals[0]["eval_return"] == pytest.approx(offline_eval, abs=1e-3)
     # 200 env steps < 300 warm-up steps: no update, so every pre-trained tensor is unchanged
@@ -135,7 +135,8 @@ def test_sac_flow_o2o_pretrains_offline_then_fine_tunes(pretrained, tmp_path):
     entry = registry.get("sac_flow_o2o")
     cfg = entry.default_config(critic_hidden=(32, 32), flow_hidden=32, noise_hidden=(32,))
     loop = _loop("sac_flow_o2o", batch_size=32, offline_steps=40, learning_starts=100)
-    run = _online(loop, dataset=data, total_steps=200, log_every=20, checkpoint_every=20, eval_every=100, eval_episodes=2)
+    run = _online(loop, dataset=data, total_steps=200, log_every=20, checkpoint_every=20, eval_every=100,
+                  eval_episodes=2)
     d = tmp_path / "f"
     train(run, "sac_flow_o2o", cfg, d, max_iterations=30)  # stops inside the offline phase
     assert load_checkpoint(d / "pretrain" / "checkpoints" / "latest.pt")["counters"]["step"] == 30

@@ -10,11 +10,11 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.cli import main
-from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig
+from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig
 from ctrl_rl.learn.model_based import MODEL_FILE, train_model_based
-from ctrl_rl.core.types import Transition
 
 AGENT = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
 AGENT_FLAGS = ["--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--rollout-starts", "32",
@@ -86,10 +86,12 @@ def test_one_update_on_a_synthetic_batch_moves_the_parameters(algo):
     entry = registry.get(algo)
     g = torch.Generator().manual_seed(0)
     agent = entry.make(entry.default_config(**AGENT), spec, "cpu", g)
-    before = [p.detach().clone() for p in agent.critic.parameters()] + [p.detach().clone() for p in agent.actor.parameters()]
+    before = ([p.detach().clone() for p in agent.critic.parameters()]
+              + [p.detach().clone() for p in agent.actor.parameters()])
     B = 64
-    batch = Transition(torch.randn(B, 11, generator=g), torch.rand(B, 3, generator=g) * 2 - 1, torch.randn(B, generator=g),
-                       torch.randn(B, 11, generator=g), torch.zeros(B, dtype=torch.bool), torch.zeros(B, dtype=torch.bool))
+    batch = Transition(torch.randn(B, 11, generator=g), torch.rand(B, 3, generator=g) * 2 - 1,
+                       torch.randn(B, generator=g), torch.randn(B, 11, generator=g), torch.zeros(B, dtype=torch.bool),
+                       torch.zeros(B, dtype=torch.bool))
     info = agent.update(batch)
     assert all(np.isfinite(v) for v in info.values())
     after = [*agent.critic.parameters(), *agent.actor.parameters()]

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig
 from ctrl_rl.envs.registry import make_env
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig
 from ctrl_rl.learn.offline import train_offline
 
 SMALL = dict(actor_hidden=(32, 32), critic_hidden=(32, 32))
@@ -35,8 +35,8 @@ def write_pendulum_dataset(path) -> str:
     for _ in range(200):
         a = torch.rand(2, 1, generator=g) * 4 - 2  # [N,A] in the env's bounds [-2, 2]
         out = env.step(a)
-        for k, v in (("observations", obs), ("actions", a / 2), ("rewards", out.reward), ("next_observations", out.final_obs),
-                     ("terminals", out.terminated), ("timeouts", out.truncated)):
+        for k, v in (("observations", obs), ("actions", a / 2), ("rewards", out.reward),
+                     ("next_observations", out.final_obs), ("terminals", out.terminated), ("timeouts", out.truncated)):
             rows[k].append(v)
         obs = out.obs
     with h5py.File(path, "w") as f:

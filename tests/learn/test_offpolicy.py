@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from ctrl_rl.algos.sac import SACConfig
-from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig
 from ctrl_rl.learn.offpolicy import train_offpolicy
 
 CFG = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32))

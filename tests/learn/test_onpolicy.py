@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ctrl_rl.algos.ppo import PPOConfig
-from ctrl_rl.learn.config import OnPolicyLoopConfig, RunConfig
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import OnPolicyLoopConfig, RunConfig
 from ctrl_rl.learn.onpolicy import train_onpolicy
 from ctrl_rl.learn.runtime import TrainingDiverged
 

@@ -11,7 +11,6 @@ from ctrl_rl.cli import main
 from ctrl_rl.learn.evaluate import load_policy
 from ctrl_rl.storage.datasets import load_dataset
 from ctrl_rl.world_models.true_dynamics import TrueDynamicsEnv
-
 from tests.scripts import experiment_script
 
 FLAGS = ["--batch-size", "32", "--rollout-starts", "16", "--rollout-every", "5", "--retain-rounds", "2",

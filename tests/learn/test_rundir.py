@@ -120,7 +120,7 @@ def test_resume_refusals(tmp_path):
 
 def test_lock_is_exclusive_and_released(tmp_path):
     d = tmp_path / "run"
-    with RunDirLock(d) as lock:
+    with RunDirLock(d):
         owner = json.loads((d / ".lock").read_text())
         assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
         assert lock_owner(d)["alive"]

@@ -3,7 +3,7 @@
 import pytest
 
 from ctrl_rl.algos.ppo import PPOConfig
-from ctrl_rl.learn.config import default_preset, RunConfig, from_dict
+from ctrl_rl.learn.config import RunConfig, default_preset, from_dict
 from ctrl_rl.learn.onpolicy import train_onpolicy
 
 pytestmark = pytest.mark.slow

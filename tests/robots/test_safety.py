@@ -28,7 +28,8 @@ def vec(n):
 
 def inside(lo, hi):
     n = len(lo)
-    return st.lists(st.floats(0, 1), min_size=n, max_size=n).map(lambda u: np.asarray(lo) + np.array(u) * (np.asarray(hi) - np.asarray(lo)))
+    return st.lists(st.floats(0, 1), min_size=n, max_size=n).map(
+        lambda u: np.asarray(lo) + np.array(u) * (np.asarray(hi) - np.asarray(lo)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -179,7 +179,8 @@ def test_own_format_round_trip(tmp_path):
     term, tout = np.zeros(6, bool), np.zeros(6, bool)
     term[2], tout[5] = True, True
     meta = DatasetMeta("Hopper-v5", "medium", policy="runs/sac/ckpt_300000.pt", seed=3,
-                       versions={"gymnasium": "1.4.0"}, ref_scores={"random": -20.0, "expert": 3000.0, "source": "local"},
+                       versions={"gymnasium": "1.4.0"},
+                       ref_scores={"random": -20.0, "expert": 3000.0, "source": "local"},
                        extra={"steps": 6})
     p = write_dataset(tmp_path / "sub" / "hopper-medium-v5.hdf5",
                       {"observations": torch.from_numpy(obs), "actions": act, "rewards": rew, "terminals": term,
@@ -234,7 +235,8 @@ def _episode(start, T, terminated):
     obs = np.stack([start + np.arange(T + 1), np.zeros(T + 1)], 1).astype(np.float32)  # [T+1,O] incl. final obs
     flags = np.zeros(T, bool)
     return {"observations": obs, "actions": np.full((T, A), 0.5, np.float32),
-            "rewards": (start + np.arange(T)).astype(np.float64), "terminations": flags | (terminated & (np.arange(T) == T - 1)),
+            "rewards": (start + np.arange(T)).astype(np.float64),
+            "terminations": flags | (terminated & (np.arange(T) == T - 1)),
             "truncations": flags | (~terminated & (np.arange(T) == T - 1))}
 
 

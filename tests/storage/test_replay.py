@@ -54,18 +54,18 @@ def test_mixed_sampler_draws_the_exact_fraction_from_the_second_buffer():
 
 def test_discrete_actions_and_shape_errors():
     buf = ReplayBuffer(8, (3,), 4, discrete=True)
-    buf.add(torch.zeros(2, 3), torch.tensor([1, 3]), torch.zeros(2), torch.zeros(2, 3), torch.zeros(2, dtype=torch.bool),
-            torch.zeros(2, dtype=torch.bool))
+    buf.add(torch.zeros(2, 3), torch.tensor([1, 3]), torch.zeros(2), torch.zeros(2, 3),
+            torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
     assert buf.sample(4).action.dtype == torch.int64
     with pytest.raises(ValueError, match="obs"):
-        buf.add(torch.zeros(2, 4), torch.tensor([1, 3]), torch.zeros(2), torch.zeros(2, 4), torch.zeros(2, dtype=torch.bool),
-                torch.zeros(2, dtype=torch.bool))
+        buf.add(torch.zeros(2, 4), torch.tensor([1, 3]), torch.zeros(2), torch.zeros(2, 4),
+                torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
 
 
 def test_memory_is_preallocated_and_flat():
     buf = ReplayBuffer(1000, (17,), 6)
     ptrs = [buf.obs.data_ptr(), buf.action.data_ptr()]
-    for k in range(300):
-        buf.add(torch.randn(8, 17), torch.randn(8, 6), torch.randn(8), torch.randn(8, 17), torch.zeros(8, dtype=torch.bool),
-                torch.zeros(8, dtype=torch.bool))
+    for _k in range(300):
+        buf.add(torch.randn(8, 17), torch.randn(8, 6), torch.randn(8), torch.randn(8, 17),
+                torch.zeros(8, dtype=torch.bool), torch.zeros(8, dtype=torch.bool))
     assert [buf.obs.data_ptr(), buf.action.data_ptr()] == ptrs and buf.obs.shape == (1000, 17)

@@ -41,7 +41,8 @@ def test_images_are_stored_and_sampled_back_bit_exactly_as_uint8():
     assert set(t.reward.long().tolist()) == set(range(5, 12))  # only the 7 newest survive
     for i, r in enumerate(t.reward.long().tolist()):
         want_obs, want_next = rows[r]
-        assert torch.equal(t.obs["image/top"][i], want_obs["image/top"]) and torch.equal(t.obs["state"][i], want_obs["state"])
+        assert (torch.equal(t.obs["image/top"][i], want_obs["image/top"])
+                and torch.equal(t.obs["state"][i], want_obs["state"]))
         assert torch.equal(t.next_obs["image/top"][i], want_next["image/top"])
         assert torch.equal(t.next_obs["state"][i], want_next["state"])
     assert torch.equal(t.terminated, t.reward.long() % 2 == 0) and torch.equal(t.truncated, t.reward.long() % 3 == 0)
@@ -156,10 +157,12 @@ def test_offline_dataset_with_images_goes_to_replay():
     assert len(ds) == S and ds.obs_dim == 2 and ds.obs_parts == PARTS
     buf = to_replay(ds)
     assert len(buf) == 5 and buf.obs["image/top"].dtype == torch.uint8
-    assert torch.equal(buf.obs["image/top"], obs["image/top"][valid]) and torch.equal(buf.next_obs["state"], nxt["state"][valid])
+    assert (torch.equal(buf.obs["image/top"], obs["image/top"][valid])
+            and torch.equal(buf.next_obs["state"], nxt["state"][valid]))
     assert torch.equal(buf.reward, torch.tensor([0.0, 1.0, 3.0, 4.0, 5.0]))
     # a dict with only a float32 state part is flat data: the buffer is the flat one
     flat = OfflineDataset({"state": obs["state"]}, torch.zeros(S, 1), torch.zeros(S), {"state": nxt["state"]},
-                          torch.zeros(S, dtype=torch.bool), torch.zeros(S, dtype=torch.bool), torch.tensor([0, 6]), valid)
+                          torch.zeros(S, dtype=torch.bool), torch.zeros(S, dtype=torch.bool), torch.tensor([0, 6]),
+                         valid)
     fbuf = to_replay(flat)
     assert fbuf.flat and torch.equal(fbuf.obs, obs["state"][valid])

@@ -3,8 +3,15 @@ import math
 import pytest
 import torch
 
-from ctrl_rl.vla.heads import ActionNormalizer, FlowHead, RegressionHead, TokenBins, sample_bins, token_log_prob, \
-    token_loss
+from ctrl_rl.vla.heads import (
+    ActionNormalizer,
+    FlowHead,
+    RegressionHead,
+    TokenBins,
+    sample_bins,
+    token_log_prob,
+    token_loss,
+)
 
 D, H, A = 8, 4, 2
 

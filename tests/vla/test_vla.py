@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 ENV = "manip:Reach,cameras=exterior1,image_size=24x32,language=true,max_episode_steps=15"
-SMALL = ["--chunk", "2", "--eval-episodes", "2", "--max-text-len", "12", "--lora-rank", "4", "--batch-size", "4", "--threads", "1",
-         "--no-progress", "--log-every", "1"]
+SMALL = ["--chunk", "2", "--eval-episodes", "2", "--max-text-len", "12", "--lora-rank", "4", "--batch-size", "4",
+         "--threads", "1", "--no-progress", "--log-every", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -217,13 +217,15 @@ def test_rl_with_group_relative_advantages(tmp_path, demos, capsys):
     assert "loss/policy" in info and "loss/value" not in info  # no critic
 
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
-                                                          "--num-envs", "4", "--rollout-chunks", "2", "--total-steps", "2"])
+                                                          "--num-envs", "4", "--rollout-chunks", "2",
+                                                          "--total-steps", "2"])
     assert rc == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 2 * 4 * 2 * 2 and "stats/value_explained_var" not in rows[-1]
     # a rollout that would cut an episode: one sentence, exit 2, nothing written
     err = _error(capsys, ["train", "vla", "--env", short, "--dataset", str(demos), "--method", "rl", "--advantage",
-                          "group", "--group-size", "2", "--num-envs", "4", "--rollout-chunks", "3", "--total-steps", "1",
+                          "group", "--group-size", "2", "--num-envs", "4", "--rollout-chunks", "3",
+                         "--total-steps", "1",
                           *SMALL, "--run-dir", str(tmp_path / "cut")])
     assert "--rollout-chunks 3" in err and "whole episodes" in err
     assert not (tmp_path / "cut" / "checkpoints").exists()
@@ -281,8 +283,9 @@ def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_th
     assert torch.equal(before["head.log_std"], algo.policy.state_dict()["head.log_std"])  # only a PG pass moves it
 
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
-                                                          "--num-envs", "4", "--rollout-chunks", "2", "--total-steps", "2",
-                                                          "--sil-coef", "0.5", "--sil-steps", "1"])
+                                                          "--num-envs", "4", "--rollout-chunks", "2",
+                                                          "--total-steps", "2", "--sil-coef", "0.5",
+                                                          "--sil-steps", "1"])
     assert rc == 0, capsys.readouterr().err
     row = json.loads((r / "metrics.jsonl").read_text().splitlines()[-1])
     assert "loss/self_imitation" in row and row["stats/self_imitation_held"] <= row["stats/self_imitation_added"]
@@ -326,7 +329,8 @@ def _error(capsys, argv) -> str:
 def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
     base = ["train", "vla", "--dataset", str(demos), "--total-steps", "1", *SMALL]
     # a camera the model expects that the dataset lacks
-    err = _error(capsys, [*base, "--env", "manip:Reach,cameras=wrist,image_size=24x32,language=true,max_episode_steps=15",
+    err = _error(capsys, [*base,
+                          "--env", "manip:Reach,cameras=wrist,image_size=24x32,language=true,max_episode_steps=15",
                           "--run-dir", str(tmp_path / "a")])
     assert "wrist_left" in err and "camera" in err
     assert not (tmp_path / "a" / "checkpoints").exists()

@@ -7,11 +7,10 @@ import json
 import pytest
 import torch
 
-from ctrl_rl.errors import UserInputError
-from ctrl_rl.world_models.ensemble import (DynamicsConfig, EnsembleDynamics, evaluate, fit, member_forward,
-                                           soft_clamp)
-from ctrl_rl.world_models.protocol import UNCERTAINTIES, DynamicsModel
 import ctrl_rl.world_models.ensemble as ensemble_mod
+from ctrl_rl.errors import UserInputError
+from ctrl_rl.world_models.ensemble import DynamicsConfig, EnsembleDynamics, evaluate, fit, member_forward, soft_clamp
+from ctrl_rl.world_models.protocol import UNCERTAINTIES, DynamicsModel
 
 O, A = 3, 2
 TINY = dict(members=4, elites=2, hidden=(16, 16), weight_decay=(2.5e-5, 5e-5, 1e-4))
@@ -28,7 +27,8 @@ def _one_thread():
 
 
 def _model(seed=0, **kw) -> EnsembleDynamics:
-    """A model with random parameters everywhere (LayerNorm affines and logvar bounds too) and non-trivial statistics."""
+    """A model with random parameters everywhere (LayerNorm affines and logvar bounds too) and non-trivial
+    statistics."""
     torch.manual_seed(seed)
     m = EnsembleDynamics(O, A, DynamicsConfig(**{**TINY, **kw}))
     g = torch.Generator().manual_seed(seed)
@@ -90,7 +90,8 @@ def test_fit_learns_a_linear_system_and_keeps_the_best_members_as_elites():
     hist = fit(m, data, torch.Generator().manual_seed(0), progress=lambda e, x: seen.append(e))
     assert seen == [h["epoch"] for h in hist] and len(hist) >= 5
     assert hist[-1]["holdout_mse"] < 0.1 * hist[0]["holdout_mse"]
-    assert set(hist[0]) >= {"epoch", "train_loss", "holdout_mse", "holdout_nll", "calibration", "calibration_dims", "lr"}
+    assert set(hist[0]) >= {"epoch", "train_loss", "holdout_mse", "holdout_nll", "calibration", "calibration_dims",
+                            "lr"}
     assert len(hist[0]["calibration_dims"]) == O + 1
     step = m.predict(data["obs"][:500], data["act"][:500], sample=False)
     delta_sd = (true_next[:500] - data["obs"][:500]).std()
@@ -149,7 +150,8 @@ def test_predict_uses_the_given_members_and_computes_the_protocol_uncertainties(
             epi = mu.var(0, unbiased=False)
             torch.testing.assert_close(step.uncertainty["aleatoric"], ale, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(step.uncertainty["epistemic"], epi.mean(-1).sqrt(), atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(step.uncertainty["total_var"], (epi + var.mean(0)).mean(-1), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(step.uncertainty["total_var"], (epi + var.mean(0)).mean(-1), atol=1e-5,
+                                       rtol=1e-5)
     # None: a random elite per row, drawn from the generator; rows in chunks give the same figures
     m2 = _model(learn_termination=True, predict_chunk=4)
     m2.elite_ids.copy_(torch.tensor([3, 1]))

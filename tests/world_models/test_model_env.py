@@ -18,8 +18,8 @@ from ctrl_rl.envs.protocol import BatchedEnv
 from ctrl_rl.envs.torch_envs import Pendulum
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.replay import ReplayBuffer
-from ctrl_rl.world_models.protocol import UNCERTAINTIES, DynamicsModel, ModelStep
 from ctrl_rl.world_models.model_env import ModelDiverged, ModelEnv, imagine
+from ctrl_rl.world_models.protocol import UNCERTAINTIES, DynamicsModel, ModelStep
 
 O, A, E = 3, 2, 5
 ELITES = (0, 2, 4)
@@ -62,7 +62,8 @@ class FakeModel:
         alea = torch.full((obs.shape[0],), self.std * math.sqrt(O + 1))  # [B]
         epi = obs.abs().mean(1)  # [B]
         term = nxt[:, 1] > 2.0 if self.termination_head else None
-        return ModelStep(nxt, mu[:, 0].clone(), term, {"aleatoric": alea, "epistemic": epi, "total_var": alea**2 + epi**2})
+        return ModelStep(nxt, mu[:, 0].clone(), term,
+                         {"aleatoric": alea, "epistemic": epi, "total_var": alea**2 + epi**2})
 
 
 def make_env(model=None, n=16, seed=0, **kw) -> ModelEnv:
