@@ -35,7 +35,8 @@ CASES = [
 TORCH_CASES = ["torch:Pendulum", "torch:CartPole", "torch:MountainCarContinuous", "torch:Reacher"]
 
 
-@pytest.mark.parametrize(("env_id", "kwargs"), CASES, ids=[f"{i}{'-' + k['vector_mode'] if 'vector_mode' in k else ''}" for i, k in CASES])
+@pytest.mark.parametrize(("env_id", "kwargs"), CASES,
+                         ids=[f"{i}{'-' + k['vector_mode'] if 'vector_mode' in k else ''}" for i, k in CASES])
 def test_check_env_backends(env_id, kwargs):
     env = make_env(env_id, num_envs=N, seed=3, **kwargs)
     twin = make_env(env_id, num_envs=N, seed=3, **kwargs)
@@ -284,7 +285,8 @@ def test_bare_id_falls_back_to_gymnasium():
 
     env_id = "CtrlRlTestPendulum-v0"  # registered with gymnasium only, so envpool cannot have it
     if env_id not in gymnasium.registry:
-        gymnasium.register(env_id, entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv", max_episode_steps=7)
+        gymnasium.register(env_id, entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
+                           max_episode_steps=7)
     env = make_env(env_id, num_envs=2)
     assert env.spec.backend == "gymnasium" and env.spec.max_episode_steps == 7
     check_env(env, steps=20)

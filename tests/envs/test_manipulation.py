@@ -372,7 +372,8 @@ def test_group_size_makes_each_block_of_envs_replay_the_same_episodes():
         assert not torch.equal(out.obs["state"][0], out.obs["state"][1])
         out = env.step(a)  # the time limit: every env starts its second episode
         assert bool(out.truncated.all())
-        assert torch.equal(out.obs["state"][0], out.obs["state"][1]) and torch.equal(out.obs["state"][2], out.obs["state"][3])
+        assert torch.equal(out.obs["state"][0], out.obs["state"][1])
+        assert torch.equal(out.obs["state"][2], out.obs["state"][3])
         assert env.instructions[0] == env.instructions[1]
     finally:
         env.close()

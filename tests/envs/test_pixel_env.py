@@ -40,7 +40,8 @@ def test_spec_describes_the_parts():
     assert spec.parts == (ObsPart("image/top", (3, 64, 64), torch.uint8), ObsPart("state", (2,), torch.float32))
     assert spec.obs_shape == (2,) and spec.obs_dim == 2
     small = PointMassPixels(2, image_size=32, proprio=False).spec
-    assert small.parts == (ObsPart("image/top", (3, 32, 32), torch.uint8),) and small.obs_shape == () and small.obs_dim == 0
+    assert small.parts == (ObsPart("image/top", (3, 32, 32), torch.uint8),)
+    assert small.obs_shape == () and small.obs_dim == 0
     flat = PointMass(2).spec
     assert flat.is_flat and flat.obs_shape == (4,)
     assert {"torch:PointMass", "torch:PointMassPixels"} <= set(list_envs("torch"))
@@ -76,7 +77,8 @@ def test_pixel_and_state_variants_share_the_dynamics():
         a = _actions(n, gen)
         out_p, out_f = pix.step(a), flat.step(a)
         assert torch.equal(out_p.reward, out_f.reward) and torch.equal(out_p.truncated, out_f.truncated)
-        assert torch.equal(out_p.obs["state"], out_f.obs[:, :2]) and torch.equal(out_p.final_obs["state"], out_f.final_obs[:, :2])
+        assert torch.equal(out_p.obs["state"], out_f.obs[:, :2])
+        assert torch.equal(out_p.final_obs["state"], out_f.final_obs[:, :2])
         # the image shows the flat observation's positions (to within a pixel)
         img, want = out_p.final_obs["image/top"], out_f.final_obs
         # where the discs neither overlap nor touch the border, their centroids are their centres
@@ -97,7 +99,8 @@ def test_reward_is_negative_distance_after_a_clipped_move():
 
 def test_truncation_final_obs_is_the_pre_reset_image():
     n, limit = 16, 5
-    env, twin = PointMassPixels(n, seed=4, max_episode_steps=limit, image_size=16), PointMassPixels(n, image_size=16, max_episode_steps=100)
+    env = PointMassPixels(n, seed=4, max_episode_steps=limit, image_size=16)
+    twin = PointMassPixels(n, image_size=16, max_episode_steps=100)
     env.reset()
     gen = torch.Generator().manual_seed(1)
     for t in range(1, 2 * limit + 1):
@@ -121,7 +124,8 @@ def test_seeding_and_state_dict_resume_are_bit_exact():
     def same(a, b):
         return all(obs_equal(x[0], y[0]) and obs_equal(x[1], y[1]) and torch.equal(x[2], y[2]) for x, y in zip(a, b))
 
-    a, b = PointMassPixels(8, seed=5, max_episode_steps=7, image_size=16), PointMassPixels(8, seed=5, max_episode_steps=7, image_size=16)
+    a = PointMassPixels(8, seed=5, max_episode_steps=7, image_size=16)
+    b = PointMassPixels(8, seed=5, max_episode_steps=7, image_size=16)
     assert obs_equal(a.reset(), b.reset())
     assert same(rollout(a, 12, 0), rollout(b, 12, 0))
     snapshot = a.state_dict()
@@ -218,7 +222,8 @@ def test_check_env_catches_broken_multipart_envs(broken, match):
 def test_check_env_refuses_a_float_image_part_in_the_spec():
     env = _Parts()
     env.spec = EnvSpec("torch:Parts", (1,), False, 1, (-1.0,), (1.0,), 0.1, 4, "torch",
-                       obs_parts=(ObsPart("image/top", (3, 4, 4), torch.float32), ObsPart("state", (1,), torch.float32)))
+                       obs_parts=(ObsPart("image/top", (3, 4, 4), torch.float32),
+                                  ObsPart("state", (1,), torch.float32)))
     with pytest.raises(AssertionError, match="image part 'image/top' is torch.float32"):
         check_env(env, steps=2)
 

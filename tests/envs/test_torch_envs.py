@@ -19,7 +19,8 @@ GYM_IDS = {Pendulum: "Pendulum-v1", CartPole: "CartPole-v1", MountainCarContinuo
 
 def _set_state(env, states) -> None:
     """Put per-env states ``[N,S]`` (NumPy, e.g. copied from gymnasium) into a torch env."""
-    env.state = torch.as_tensor(np.asarray(states, dtype=np.float64), dtype=env.dtype).reshape(env.num_envs, -1).T.contiguous()
+    state = torch.as_tensor(np.asarray(states, dtype=np.float64), dtype=env.dtype)
+    env.state = state.reshape(env.num_envs, -1).T.contiguous()
 
 
 def _torch_action(env, a) -> torch.Tensor:
@@ -97,7 +98,8 @@ def _sample_states(cls, rng, m):
     if cls is Pendulum:
         return np.stack([rng.uniform(-3 * np.pi, 3 * np.pi, m), rng.uniform(-8, 8, m)], -1)
     if cls is CartPole:
-        return np.stack([rng.uniform(-2.4, 2.4, m), rng.uniform(-3, 3, m), rng.uniform(-0.2, 0.2, m), rng.uniform(-3, 3, m)], -1)
+        return np.stack([rng.uniform(-2.4, 2.4, m), rng.uniform(-3, 3, m), rng.uniform(-0.2, 0.2, m),
+                         rng.uniform(-3, 3, m)], -1)
     states = np.stack([rng.uniform(-1.2, 0.6, m), rng.uniform(-0.07, 0.07, m)], -1)
     states[:16] = [-1.18, -0.06]  # hits the left wall: position clipped, velocity zeroed
     states[16:32] = [0.44, 0.03]  # reaches the goal
@@ -268,13 +270,15 @@ def test_batch_api_and_action_validation(name):
     assert isinstance(env, BatchedEnv)
     spec = env.spec
     assert spec.env_id == f"torch:{name}" and spec.backend == "torch" and spec.discrete == cls.discrete
-    assert spec.max_episode_steps == cls.default_max_episode_steps and cls(2, max_episode_steps=3).spec.max_episode_steps == 3
+    assert spec.max_episode_steps == cls.default_max_episode_steps
+    assert cls(2, max_episode_steps=3).spec.max_episode_steps == 3
     obs = env.reset(seed=0)
     assert obs.shape == (n, spec.obs_dim) and obs.dtype == torch.float32
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
         out = env.step(_random_actions(env, gen))
-    assert out.obs.shape == out.final_obs.shape == (n, spec.obs_dim) and out.obs.dtype == out.final_obs.dtype == torch.float32
+    assert out.obs.shape == out.final_obs.shape == (n, spec.obs_dim)
+    assert out.obs.dtype == out.final_obs.dtype == torch.float32
     assert out.reward.shape == (n,) and out.reward.dtype == torch.float32
     assert out.terminated.dtype == out.truncated.dtype == torch.bool and out.terminated.shape == (n,)
     assert torch.isfinite(out.obs).all() and torch.isfinite(out.reward).all()

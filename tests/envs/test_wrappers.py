@@ -89,7 +89,7 @@ def test_reward_scale_statistics_equal_a_running_norm_of_the_discounted_return()
     env = RewardScale(_Recorder(), gamma=0.9)
     env.reset()
     ref, acc = RunningNorm((), clip=float("inf")), torch.zeros(2)
-    for t in range(6):
+    for _ in range(6):
         out = env.step(torch.zeros(2, 2))
         acc = acc * 0.9 + torch.tensor([1.0, 2.0])
         ref.update(acc)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ctrl_rl.cli import main
-from ctrl_rl.learn.evaluate import load_policy
 from ctrl_rl.deploy.export import ExportModule, example_inputs, input_name, onnx_session, read_export
+from ctrl_rl.learn.evaluate import load_policy
 from tests.learn.conftest import hopper_dataset, model_run  # noqa: F401  (session fixtures of the model-based runs)
 from tests.learn.test_offline import write_pendulum_dataset
 
@@ -18,7 +18,8 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 SMALL = ["--threads", "1", "--no-progress"]
 OFF = ["--num-envs", "2", "--total-steps", "64", "--learning-starts", "32", "--batch-size", "16",
        "--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--log-every", "32", *SMALL]
-PPO = ["--num-envs", "4", "--total-steps", "64", "--rollout-steps", "8", "--minibatch-size", "16", "--epochs", "1", *SMALL]
+PPO = ["--num-envs", "4", "--total-steps", "64", "--rollout-steps", "8", "--minibatch-size", "16", "--epochs", "1",
+       *SMALL]
 PIX = "torch:PointMassPixels,image_size=16"
 CNN = ["--cnn-layers", "1", "--cnn-channels", "4", "--image-features", "8"]
 MB = ["--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--batch-size", "16", "--rollout-starts", "8",
@@ -124,11 +125,13 @@ def test_sidecar_and_onnx_metadata_describe_the_policy(tmp_path, capsys):
     meta = read_export(out)
     assert meta["algo"] == "sac" and meta["env"] == "Pendulum-v1"
     assert meta["inputs"] == [{"name": "state", "part": "state", "shape": ["batch", 3], "dtype": "float32"}]
-    assert meta["action"]["low"] == [-2.0] and meta["action"]["high"] == [2.0] and meta["action"]["kind"] == "continuous"
+    assert meta["action"]["low"] == [-2.0] and meta["action"]["high"] == [2.0]
+    assert meta["action"]["kind"] == "continuous"
     assert meta["control_hz"] == pytest.approx(20.0)  # Pendulum-v1: dt 0.05 s
     ck = d / "checkpoints" / "latest.pt"
     import hashlib
-    assert meta["checkpoint"]["sha256"] == hashlib.sha256(ck.read_bytes()).hexdigest() and meta["checkpoint"]["step"] == 64
+    assert meta["checkpoint"]["sha256"] == hashlib.sha256(ck.read_bytes()).hexdigest()
+    assert meta["checkpoint"]["step"] == 64
     assert meta["training_config"]["algo"] == "sac" and meta["training_config"]["config"]["actor_hidden"] == [16, 16]
     onnx_meta = onnx_session(out / "policy.onnx").get_modelmeta().custom_metadata_map
     assert json.loads(onnx_meta["ctrl_rl"])["checkpoint"]["sha256"] == meta["checkpoint"]["sha256"]

@@ -15,15 +15,17 @@ FLOW_SMALL = dict(critic_hidden=(32, 32), flow_hidden=32, noise_hidden=(32,), ti
 
 def _batch(B=64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1, torch.randn(B, generator=g),
-                      torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1, torch.zeros(B, dtype=torch.bool))
+    return Transition(torch.randn(B, 5, generator=g), torch.rand(B, 2, generator=g) * 2 - 1,
+                      torch.randn(B, generator=g), torch.randn(B, 5, generator=g), torch.rand(B, generator=g) < 0.1,
+                      torch.zeros(B, dtype=torch.bool))
 
 
 CASES = {
     "sac": lambda: SAC(SACConfig(actor_hidden=(16, 16), critic_hidden=(16, 16)), SPEC),
     "sac_crossq_brn": lambda: SAC(SACConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), crossq=True,
                                             actor_batch_renorm=True, policy_delay=1, renorm_warmup=1), SPEC),
-    "ravl": lambda: RAVL(RAVLConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), num_critics=3, target_subset=3), SPEC),
+    "ravl": lambda: RAVL(RAVLConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), num_critics=3, target_subset=3),
+                         SPEC),
     **{f"sac_flow_{v}": (lambda v=v: SACFlow(SACFlowConfig(velocity=v, renorm_warmup=1, **FLOW_SMALL), SPEC))
        for v in ("gated", "decoded", "naive")},
 }

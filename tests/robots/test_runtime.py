@@ -129,8 +129,8 @@ def test_the_loop_passes_the_robot_state_to_the_filter():
     assert np.array_equal(robot.sent[0][:3], [0, 0, 0]) and np.array_equal(robot.sent[0][3:], [1, 1, 1, 1])
 
 
-SAC = ["--num-envs", "2", "--total-steps", "64", "--learning-starts", "32", "--batch-size", "16", "--actor-hidden", "16",
-       "16", "--critic-hidden", "16", "16", "--threads", "1", "--no-progress"]
+SAC = ["--num-envs", "2", "--total-steps", "64", "--learning-starts", "32", "--batch-size", "16",
+       "--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--threads", "1", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
