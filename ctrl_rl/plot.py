@@ -30,13 +30,15 @@ def check_plot_out(out: str | Path) -> Path:
         raise UserInputError(f"plot output {str(out)!r} {got}: expected one of "
                              f"{', '.join('.' + f for f in formats)}")
     if out.is_dir():
-        raise UserInputError(f"plot output {str(out)!r} is a directory: expected a file path such as {str(out / 'curve.png')!r}")
+        raise UserInputError(f"plot output {str(out)!r} is a directory: "
+                             f"expected a file path such as {str(out / 'curve.png')!r}")
     parent = out.parent
     if not parent.is_dir():
         raise UserInputError(f"plot output {str(out)!r} is in a folder that does not exist ({str(parent)!r}): "
                              "expected an existing folder")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserInputError(f"plot output {str(out)!r} is in a folder that is not writable: expected a folder you can write to")
+        raise UserInputError(f"plot output {str(out)!r} is in a folder that is not writable: "
+                             "expected a folder you can write to")
     return out
 
 
@@ -64,7 +66,8 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     written to a temporary file renamed into place, so a failure leaves nothing behind."""
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
-        raise UserInputError(f"{str(run_dir)!r} has no metrics.jsonl: expected a run directory written by `ctrl-rl train`")
+        raise UserInputError(f"{str(run_dir)!r} has no metrics.jsonl: "
+                             "expected a run directory written by `ctrl-rl train`")
     out = check_plot_out(run_dir / "learning_curve.png" if out is None else out)
     rows = _curve_rows(run_dir)
 
@@ -94,7 +97,8 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
             fig.savefig(tmp, dpi=110, format=out.suffix.lower().lstrip("."))
             os.replace(tmp, out)
         except (OSError, ValueError, KeyError, RuntimeError) as e:  # disk full, a format Pillow lacks, ...
-            raise UserInputError(f"plot output {str(out)!r} could not be written ({str(e).strip()[:120] or type(e).__name__}): "
+            raise UserInputError(f"plot output {str(out)!r} could not be written "
+                                 f"({str(e).strip()[:120] or type(e).__name__}): "
                                  "expected a writable .png, .pdf or .svg path") from None
     finally:
         plt.close(fig)

@@ -95,7 +95,8 @@ class CQLConfig(SACConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.crossq or self.actor_batch_renorm:
-            raise ValueError("invalid CQL setting: crossq / actor_batch_renorm are not supported (CQL uses target critics)")
+            raise ValueError("invalid CQL setting: crossq / actor_batch_renorm are not supported "
+                             "(CQL uses target critics)")
         if self.num_cql_samples < 1:
             raise ValueError("invalid CQL setting: expected num_cql_samples >= 1")
         if self.lagrange_init <= 0 or self.alpha_cql < 0 or not 0 < self.action_clip <= 1:
@@ -137,17 +138,19 @@ def discounted_returns_to_go(reward: torch.Tensor, episode_offsets: torch.Tensor
     if sparse_negative_reward is not None:
         lengths = episode_offsets.diff()  # [K]
         ids = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)  # [S]
-        fails = torch.zeros(lengths.numel(), dtype=torch.long).index_add_(0, ids, (reward != sparse_negative_reward).long())
+        fails = torch.zeros(lengths.numel(), dtype=torch.long).index_add_(0, ids,
+                                                                         (reward != sparse_negative_reward).long())
         G = torch.where(fails[ids] == 0, torch.full_like(G, sparse_negative_reward / (1 - gamma)), G)
     return G.float()
 
 
-def dataset_mc_returns(dataset: OfflineDataset, gamma: float, sparse_negative_reward: float | None = None) -> torch.Tensor:
+def dataset_mc_returns(dataset: OfflineDataset, gamma: float,
+                       sparse_negative_reward: float | None = None) -> torch.Tensor:
     """Returns-to-go of the rows ``to_replay(dataset)`` keeps (rows with a known next observation), in its order:
     computed over the kept rows of each episode, as WSRL computes them over d4rl.qlearning_dataset's rows."""
     keep = dataset.next_obs_valid  # [S]
-    counts = torch.zeros(dataset.num_episodes, dtype=torch.long).index_add_(0, dataset.episode_ids()[keep],
-                                                                             torch.ones(int(keep.sum()), dtype=torch.long))
+    counts = torch.zeros(dataset.num_episodes, dtype=torch.long).index_add_(
+        0, dataset.episode_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long))
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])  # [K+1]
     return discounted_returns_to_go(dataset.reward[keep], offsets, gamma, sparse_negative_reward)
 
@@ -215,7 +218,8 @@ class CQL:
             raise TypeError(f"CQL needs a CQLConfig, got {type(config).__name__}")
         if not spec.is_flat:
             raise UserInputError(f"CQL takes flat state observations: env {spec.env_id!r} has the parts "
-                                 f"{[q.name for q in spec.parts]} (expected a state-vector env; PPO and SAC learn from images)")
+                                 f"{[q.name for q in spec.parts]} "
+                                 "(expected a state-vector env; PPO and SAC learn from images)")
         if spec.discrete:
             raise ValueError(f"CQL needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec = config, spec

@@ -161,7 +161,8 @@ class IMPALA:
                                    batch)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm if c.max_grad_norm > 0 else float("inf"))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params,
+                                                   c.max_grad_norm if c.max_grad_norm > 0 else float("inf"))
         self.opt.step()
         if isinstance(self.ac.norm, RunningNorm):
             state = batch.obs if self.ac.flat else batch.obs.get("state")

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ctrl_rl.algos.registry import AlgoEntry, register
+from ctrl_rl.algos.sac import DeterministicPolicy
 from ctrl_rl.core.distributions import normal_log_prob
 from ctrl_rl.core.nets import Activation, EnsembleMLP, mlp
 from ctrl_rl.core.returns import polyak_
@@ -44,8 +46,6 @@ from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.algos.sac import DeterministicPolicy
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,8 @@ class IQL:
                  generator: torch.Generator | None = None):
         if not spec.is_flat:
             raise UserInputError(f"IQL takes flat state observations: env {spec.env_id!r} has the parts "
-                                 f"{[q.name for q in spec.parts]} (expected a state-vector env; PPO and SAC learn from images)")
+                                 f"{[q.name for q in spec.parts]} "
+                                 "(expected a state-vector env; PPO and SAC learn from images)")
         if spec.discrete:
             raise ValueError(f"IQL needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -227,7 +228,8 @@ class IQL:
         self._step(self.critic_opt, critic_loss)
         polyak_(self._tgt, self._src, c.tau)
 
-        info = {"loss/value": value_loss.detach(), "loss/actor": actor_loss.detach(), "loss/critic": critic_loss.detach(),
+        info = {"loss/value": value_loss.detach(), "loss/actor": actor_loss.detach(),
+                "loss/critic": critic_loss.detach(),
                 "stats/v_mean": v.detach().mean(), "stats/q_mean": q.detach().mean(), "stats/adv_mean": adv.mean(),
                 "stats/weight_mean": w.mean(), "stats/actor_lr": torch.tensor(actor_lr, device=self.device)}
         return info

@@ -47,7 +47,8 @@ class MBPOConfig(SACConfig):
         if not self.penalty >= 0.0:
             raise UserInputError(f"invalid --penalty {self.penalty!r}: expected a finite number >= 0")
         if self.crossq:
-            raise UserInputError("--crossq is not supported by the model-based agents: expected SAC with target critics")
+            raise UserInputError("--crossq is not supported by the model-based agents: "
+                                 "expected SAC with target critics")
 
 
 class ModelBasedSAC(SAC):

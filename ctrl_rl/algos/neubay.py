@@ -139,7 +139,8 @@ class NeuBayConfig:
             raise UserInputError(f"invalid --target-subset {self.target_subset}: expected 1 to --num-critics "
                                  f"{self.num_critics}")
         if not 0.0 <= self.r_min < self.r_max < 1.0:
-            raise UserInputError(f"invalid --r-min {self.r_min} / --r-max {self.r_max}: expected 0 <= r_min < r_max < 1")
+            raise UserInputError(f"invalid --r-min {self.r_min} / --r-max {self.r_max}: "
+                                 "expected 0 <= r_min < r_max < 1")
         for name in ("real_weight", "actor_lr_ratio", "critic_lr_ratio"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a fraction "
@@ -149,7 +150,8 @@ class NeuBayConfig:
                                  "0 <= gamma <= 1")
         for name in ("init_alpha", "grad_clip", "adam_eps", "critic_out_scale", "max_phase"):
             if not getattr(self, name) > 0:
-                raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive number")
+                raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: "
+                                     "expected a positive number")
         if self.lr_schedule not in ("cosine", "constant"):
             raise UserInputError(f"invalid --lr-schedule {self.lr_schedule!r}: expected 'cosine' or 'constant'")
 
@@ -299,7 +301,8 @@ class ActorHead(nn.Module):
     def __init__(self, in_dim: int, hidden: tuple[int, ...], action_dim: int):
         super().__init__()
         dims = (in_dim, *hidden)
-        self.net = nn.Sequential(*(block(a, b) for a, b in zip(dims[:-1], dims[1:])), nn.Linear(dims[-1], 2 * action_dim))
+        self.net = nn.Sequential(*(block(a, b) for a, b in zip(dims[:-1], dims[1:])),
+                                 nn.Linear(dims[-1], 2 * action_dim))
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(z).chunk(2, -1)  # [B,A] each
@@ -360,7 +363,8 @@ def mixed_mean(values: torch.Tensor, real: torch.Tensor, real_weight: float
 
 
 class NeuBay:
-    """Owns the two encoders, actor and critic heads, the target critic, temperature, optimizers and the acting state."""
+    """Owns the two encoders, actor and critic heads, the target critic, temperature, optimizers and the acting
+    state."""
 
     name = "neubay"
 
@@ -512,7 +516,8 @@ class NeuBay:
     # ---- the collector's interface (world_models.history.HistoryAgent) -----------------------------
 
     @torch.no_grad()
-    def warm_up(self, inputs: torch.Tensor, start: torch.Tensor, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def warm_up(self, inputs: torch.Tensor, start: torch.Tensor,
+                last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         z, hidden = self.actor_encoder(inputs.unsqueeze(1), start.unsqueeze(1), at=last)  # [W,1,D], [P,1,L,H]
         return hidden.squeeze(1), z[last, 0]
 

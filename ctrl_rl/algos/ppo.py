@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
 
+from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import (
     categorical_entropy,
     categorical_log_prob,
@@ -56,7 +57,6 @@ from ctrl_rl.core.returns import gae
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
-from ctrl_rl.algos.registry import AlgoEntry, register
 
 
 @dataclass(frozen=True)

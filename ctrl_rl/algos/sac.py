@@ -48,6 +48,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import tanh_log_det
 from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_shift_obs
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
@@ -56,7 +57,6 @@ from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
-from ctrl_rl.algos.registry import AlgoEntry, register
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -129,7 +129,8 @@ class SACConfig(EncoderFields):
     def __post_init__(self) -> None:
         check_fields(self)
         if not 1 <= self.target_subset <= self.num_critics:
-            raise ValueError(f"invalid SAC setting target_subset={self.target_subset}: expected 1..num_critics={self.num_critics}")
+            raise ValueError(f"invalid SAC setting target_subset={self.target_subset}: "
+                             f"expected 1..num_critics={self.num_critics}")
         if not 0 < self.tau <= 1 or not 0 <= self.gamma <= 1 or self.init_alpha <= 0:
             raise ValueError("invalid SAC setting: expected 0 < tau <= 1, 0 <= gamma <= 1, init_alpha > 0")
         if self.policy_delay < 1 or not 0 <= self.adam_beta1 < 1:
@@ -165,7 +166,8 @@ class Actor(nn.Module):
 
     def __init__(self, cfg: SACConfig, spec: EnvSpec, in_dim: int | None = None):
         super().__init__()
-        self.net = mlp(spec.obs_dim if in_dim is None else in_dim, cfg.actor_hidden, 2 * spec.action_dim, cfg.activation,
+        self.net = mlp(spec.obs_dim if in_dim is None else in_dim, cfg.actor_hidden, 2 * spec.action_dim,
+                       cfg.activation,
                        layer_norm=cfg.actor_layer_norm, batch_renorm=cfg.actor_batch_renorm,
                        renorm_warmup=cfg.renorm_warmup)
 
@@ -220,7 +222,8 @@ class SAC:
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         c = config
         if actor is not None and not spec.is_flat:
-            raise ValueError(f"{type(self).__name__}'s actor reads flat observations: {spec.env_id} has the observation "
+            raise ValueError(f"{type(self).__name__}'s actor reads flat observations: {spec.env_id} has the "
+                             f"observation "
                              f"parts {[p.name for p in spec.parts]} (expected a single float 'state')")
         # flat observations: no encoder at all (no parameters, no op, the networks they had before encoders)
         self.encoder: Encoder | None = None if spec.is_flat else make_encoder(spec.parts, c.encoder).to(self.device)
@@ -246,7 +249,8 @@ class SAC:
         # the encoder learns from the critic loss only (DrQ), so it shares the critic's optimizer
         self.critic_opt = torch.optim.Adam([*self.critic.parameters(), *self.encoder_params], lr=c.critic_lr,
                                            betas=betas, fused=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True) if c.learn_alpha else None
+        self.alpha_opt = (torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True)
+                          if c.learn_alpha else None)
         self.actor_renorm = _has_batch_renorm(self.actor)
         self._all_members = torch.arange(c.num_critics, device=self.device)  # [N]
         if c.compile:

@@ -323,7 +323,8 @@ class FlowActor(nn.Module):
         """Reparameterised action ``[B,A]`` in (-1, 1) and the path log-likelihood with tanh correction ``[B]``."""
         assert obs.dim() == 2, f"FlowActor.sample expects obs [B,O], got {tuple(obs.shape)}"
         K, A = self.steps, self.action_dim
-        noise = torch.randn((K + 1, obs.shape[0], A), generator=generator, device=obs.device, dtype=obs.dtype)  # [K+1,B,A]
+        noise = torch.randn((K + 1, obs.shape[0], A), generator=generator, device=obs.device,
+                            dtype=obs.dtype)  # [K+1,B,A]
         ctx = self.field.context(obs)
         x = noise[0]  # [B,A] A_0
         sq = noise.square().sum((0, 2))  # [B] sum of all squared standard normal draws (A_0 and every eps_i)
@@ -364,7 +365,8 @@ class SACFlow(SAC):
             raise TypeError(f"SACFlow needs a SACFlowConfig, got {type(config).__name__}")
         if not spec.is_flat:
             raise UserInputError(f"SAC Flow takes flat state observations: env {spec.env_id!r} has the parts "
-                                 f"{[q.name for q in spec.parts]} (expected a state-vector env; PPO and SAC learn from images)")
+                                 f"{[q.name for q in spec.parts]} "
+                                 "(expected a state-vector env; PPO and SAC learn from images)")
         if spec.discrete:
             raise ValueError(f"SAC Flow needs continuous actions; {spec.env_id} has discrete actions")
         super().__init__(config, spec, device, generator, actor=make_flow_actor(config, spec))

@@ -69,7 +69,8 @@ def parse_columns(text: str) -> tuple[int, ...]:
             a, sep, b = item.strip().partition(":")
             out += list(range(int(a), int(b))) if sep else [int(a)]
     except ValueError:
-        raise UserInputError(f"invalid --proprio-columns {text!r}: expected indices and ranges such as 0:7,13") from None
+        raise UserInputError(f"invalid --proprio-columns {text!r}: "
+                             "expected indices and ranges such as 0:7,13") from None
     if not out or min(out) < 0:
         raise UserInputError(f"invalid --proprio-columns {text!r}: expected non-negative indices such as 0:7,13")
     return tuple(out)
@@ -183,13 +184,15 @@ class VLAConfig:
         for name in ("chunk", "flow_steps", "max_text_len", "ppo_minibatches", "value_epochs", "group_size",
                      "sil_capacity"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a positive integer")
+                raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: "
+                                     "expected a positive integer")
         for name in ("critic_warmup", "sil_steps", "ppo_epochs"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise UserInputError(f"invalid --{name.replace('_', '-')} {getattr(self, name)!r}: expected a "
                                      "non-negative integer")
         if self.lora_rank < 0 or not 0 <= self.execute_steps <= self.chunk:
-            raise UserInputError(f"invalid --lora-rank {self.lora_rank} or --execute-steps {self.execute_steps}: expected "
+            raise UserInputError(f"invalid --lora-rank {self.lora_rank} or --execute-steps {self.execute_steps}: "
+                                 f"expected "
                                  f"a rank >= 0 and 0 <= execute steps <= --chunk {self.chunk}")
         if not self.sil_coef >= 0:
             raise UserInputError(f"invalid --sil-coef {self.sil_coef!r}: expected a non-negative number (0: off)")
@@ -234,7 +237,8 @@ class VLA:
         parts = {p.name: p for p in spec.parts}
         self.cameras = tuple(n.removeprefix("image/") for n in parts if n.startswith("image/"))
         if not self.cameras or "language" not in parts or "state" not in parts:
-            raise UserInputError(f"env {spec.env_id!r} has observation parts {sorted(parts)}: a VLA needs camera images, "
+            raise UserInputError(f"env {spec.env_id!r} has observation parts {sorted(parts)}: "
+                                 f"a VLA needs camera images, "
                                  "an instruction and a state (manip tasks: cameras=..., language=true)")
         O = parts["state"].shape[0]
         self.columns = parse_columns(c.proprio_columns)
@@ -290,7 +294,8 @@ class VLA:
     def _step(self, loss: torch.Tensor) -> torch.Tensor:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        norm = nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad], self.config.max_grad_norm)
+        norm = nn.utils.clip_grad_norm_([p for p in self.policy.parameters() if p.requires_grad],
+                                        self.config.max_grad_norm)
         self.opt.step()
         return norm
 
@@ -463,7 +468,8 @@ class VLA:
                 adv = group_relative_advantages(raw, ro.pop("ended"), c.group_size)
             except ValueError as e:
                 raise UserInputError(f"--advantage group cannot pair the episodes of a rollout ({e}): expected "
-                                     "episodes of one fixed length that end together (no terminate_on_success)") from None
+                                     "episodes of one fixed length that end together "
+                                     "(no terminate_on_success)") from None
             ro["advantage"] = adv.flatten()
             del ro["value"], ro["reward"]
             return
@@ -534,7 +540,8 @@ class VLA:
         c = self.config
         self.critic_via = mlp(C, c.critic_hidden, 1, "relu").to(self.device)
         self.critic_eff = mlp(C, c.critic_hidden, 1, "relu").to(self.device)
-        self.critic_opt = torch.optim.Adam([*self.critic_via.parameters(), *self.critic_eff.parameters()], lr=c.critic_lr)
+        self.critic_opt = torch.optim.Adam([*self.critic_via.parameters(), *self.critic_eff.parameters()],
+                                           lr=c.critic_lr)
 
     def parameters_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.policy.parameters() if p.requires_grad)

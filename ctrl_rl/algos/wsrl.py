@@ -43,7 +43,8 @@ NETWORK_FIELDS = ("actor_hidden", "critic_hidden", "activation", "num_critics", 
 # Checkpoints whose state loads into SAC (their actor, critics and temperature).
 SAC_CHECKPOINTS = ("cql", "calql", "sac", "wsrl", "rlpd")
 
-_ONLINE_RUN = {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 20_000}
+_ONLINE_RUN = {"num_envs": 1, "total_steps": 500_000, "log_every": 1000, "checkpoint_every": 25_000,
+               "eval_every": 20_000}
 # WSRL: batch 1024 (4 critic minibatches of 256), 5k warm-up steps with the frozen policy, no offline data
 _WSRL_LOOP = {"batch_size": 1024, "learning_starts": 5_000, "warmup_actions": "policy", "clip_actions": 0.99999}
 

@@ -45,5 +45,6 @@ def categorical_sample(logits: torch.Tensor, generator: torch.Generator | None) 
 
 
 def tanh_log_det(u: torch.Tensor) -> torch.Tensor:
-    """``sum_j log(1 - tanh(u_j)^2)`` for ``u [B,A] -> [B]``, as ``2 (log 2 - u - softplus(-2u))`` (stable for large |u|)."""
+    """``sum_j log(1 - tanh(u_j)^2)`` for ``u [B,A] -> [B]``, as ``2 (log 2 - u - softplus(-2u))``
+    (stable for large |u|)."""
     return (2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)

@@ -143,7 +143,8 @@ class ImageEncoder(nn.Module):
         for _ in range(layers - 1):
             convs += [nn.Conv2d(ch, ch, 3, stride=1), nn.ReLU()]
         self.convs = nn.Sequential(*convs)
-        self.head = nn.Sequential(nn.Linear(ch * h * w, cfg.image_features), nn.LayerNorm(cfg.image_features), nn.Tanh())
+        self.head = nn.Sequential(nn.Linear(ch * h * w, cfg.image_features), nn.LayerNorm(cfg.image_features),
+                                  nn.Tanh())
         with torch.no_grad():
             for m in self.modules():
                 if isinstance(m, nn.Conv2d):  # delta-orthogonal: the centre tap carries an orthogonal map
@@ -215,7 +216,8 @@ class Encoder(nn.Module):
 def _part_encoder(part: ObsPart, cfg: EncoderConfig) -> nn.Module:
     if part.kind == "image":
         if part.dtype != torch.uint8 and not part.dtype.is_floating_point:
-            raise ValueError(f"image part {part.name!r} has dtype {part.dtype}, expected torch.uint8 (or float in [0,1]).")
+            raise ValueError(f"image part {part.name!r} has dtype {part.dtype}, "
+                             "expected torch.uint8 (or float in [0,1]).")
         return ImageEncoder(part, cfg)
     if part.kind == "language" and not part.dtype.is_floating_point:
         if len(part.shape) != 1:

@@ -111,15 +111,18 @@ class EnsembleMLP(nn.Module):
     Input ``[B,in]`` (shared) or ``[E,B,in]``; output ``[E,B,out]``.
     """
 
-    def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: Activation = "relu",
-                 layer_norm: bool = False, batch_renorm: bool = False, renorm_warmup: int = 100_000):
+    def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int,
+                 activation: Activation = "relu", layer_norm: bool = False, batch_renorm: bool = False,
+                 renorm_warmup: int = 100_000):
         super().__init__()
         dims = (in_dim, *hidden, out_dim)
         self.layers = nn.ModuleList(EnsembleLinear(members, a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.renorms = nn.ModuleList(BatchRenorm(a, members, warmup_steps=renorm_warmup) for a in dims[:-1]) \
             if batch_renorm else None
-        self.norm_scale = nn.ParameterList(nn.Parameter(torch.ones(members, 1, h)) for h in hidden) if layer_norm else None
-        self.norm_shift = nn.ParameterList(nn.Parameter(torch.zeros(members, 1, h)) for h in hidden) if layer_norm else None
+        self.norm_scale = (nn.ParameterList(nn.Parameter(torch.ones(members, 1, h)) for h in hidden)
+                           if layer_norm else None)
+        self.norm_shift = (nn.ParameterList(nn.Parameter(torch.zeros(members, 1, h)) for h in hidden)
+                           if layer_norm else None)
         self.act = _ACT[activation]()
         self.members = members
 

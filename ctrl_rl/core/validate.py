@@ -20,7 +20,7 @@ import typing
 def _is_float_type(tp) -> bool:
     if tp is float:
         return True
-    return typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) and float in typing.get_args(tp)
+    return typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) and float in typing.get_args(tp)
 
 
 def check_fields(config) -> None:

@@ -27,19 +27,20 @@ import json
 import os
 import pickle
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import gymnasium
 import torch
 from torch import nn
 
 from ctrl_rl.algos.sac import Actor, SACConfig
-from ctrl_rl.learn.config import OffPolicyLoopConfig, from_dict, load_preset
 from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import OffPolicyLoopConfig, from_dict, load_preset
 from ctrl_rl.storage.datasets.cache import TASK_ENVS
 from ctrl_rl.storage.datasets.scores import ReferenceScores, task_key
 
@@ -108,7 +109,8 @@ def build_actor(sac_config: Mapping[str, Any], obs_dim: int, action_dim: int, en
     return Actor(cfg, spec).eval()
 
 
-def actor_from_checkpoint(ck: Mapping[str, Any], obs_dim: int, action_dim: int, source: str = "checkpoint") -> nn.Module:
+def actor_from_checkpoint(ck: Mapping[str, Any], obs_dim: int, action_dim: int,
+                          source: str = "checkpoint") -> nn.Module:
     """The actor of a loaded SAC training checkpoint (``ck["algo_state"]["actor"]``), in evaluation mode."""
     actor = build_actor(ck["config"]["algo"], obs_dim, action_dim, ck["config"]["run"]["env"])
     try:
@@ -151,7 +153,8 @@ def training_command(run: Mapping[str, Any], algo_cfg: Mapping[str, Any], algo: 
             else:
                 parts += [f"--{key.replace('_', '-')}", *map(str, vals)]
     loop = dict(run.get("loop") or {})  # loop settings (format 1 runs kept keep_every/save_replay in the run)
-    keep_every, save_replay = loop.pop("keep_every", run.get("keep_every")), loop.pop("save_replay", run.get("save_replay"))
+    keep_every, save_replay = (loop.pop("keep_every", run.get("keep_every")),
+                               loop.pop("save_replay", run.get("save_replay")))
     loop_defaults = {**OffPolicyLoopConfig().__dict__, **preset_loop}
     for key, value in loop.items():
         if key in loop_defaults and value != loop_defaults[key] and value is not None:
@@ -182,7 +185,8 @@ def export_behaviour(checkpoint_path: str | Path, level: str, out_path: str | Pa
         "format": FORMAT, "version": VERSION, "env_id": env_id, "level": level,
         "obs_dim": obs_dim, "action_dim": action_dim,
         "sac_config": {k: list(v) if isinstance(v, tuple) else v for k, v in algo_cfg.items()},  # as in config.json
-        "actor": {k: (v.float() if v.is_floating_point() else v).detach().clone().contiguous() for k, v in state.items()},
+        "actor": {k: (v.float() if v.is_floating_point() else v).detach().clone().contiguous()
+                  for k, v in state.items()},
         "source": {"run_command": training_command(run, algo_cfg), "checkpoint_step": int(ck["counters"]["step"]),
                    "train_seed": int(run["seed"]), "eval_return_mean": float(eval_stats["mean"]),
                    "eval_return_std": float(eval_stats["std"]), "eval_episodes": int(eval_stats["episodes"])},
@@ -228,7 +232,8 @@ def load_behaviour(source: str | Path, level: str | None = None, root: str | Pat
                              f"format {FORMAT!r}")
     if record.get("version") != VERSION:
         raise UserInputError(f"behaviour file {path} has version {record.get('version')!r}: expected {VERSION}")
-    missing = [k for k in ("env_id", "level", "obs_dim", "action_dim", "sac_config", "actor", "source") if k not in record]
+    missing = [k for k in ("env_id", "level", "obs_dim", "action_dim", "sac_config", "actor", "source")
+               if k not in record]
     if missing or not isinstance(record["source"], dict) or any(k not in record["source"] for k in _SOURCE_KEYS):
         what = missing[0] if missing else "source fields"
         raise UserInputError(f"behaviour file {path} has no {what!r}: expected env_id, level, obs_dim, action_dim, "
@@ -238,7 +243,8 @@ def load_behaviour(source: str | Path, level: str | None = None, root: str | Pat
         actor.load_state_dict(record["actor"])
     except (RuntimeError, TypeError, ValueError, AttributeError) as e:
         raise UserInputError(f"behaviour file {path}: its actor does not match its sac_config and dims "
-                             f"({str(e).splitlines()[0][:100]}): expected the state dict of ctrl_rl's SAC Actor") from None
+                             f"({str(e).splitlines()[0][:100]}): "
+                             "expected the state dict of ctrl_rl's SAC Actor") from None
     record = {k: v for k, v in record.items() if k != "actor"}
     record["path"] = str(path)
     return actor, record

@@ -171,7 +171,8 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
         tmp_out.rename(out)
     return {"path": str(out), "format": "lerobot", "task": task, "episodes": written, "frames": frames,
             "success_rate": successes / written, "cameras": [DROID_CAMERA_NAMES[c] for c in cams],
-            "image_size": list(hw), "noise": opts.noise, "mis_grasp": opts.mis_grasp, "seconds": round(time.time() - t0, 1)}
+            "image_size": list(hw), "noise": opts.noise, "mis_grasp": opts.mis_grasp,
+            "seconds": round(time.time() - t0, 1)}
 
 
 def _droid_pose(pose: np.ndarray) -> np.ndarray:

@@ -35,14 +35,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.config import ActorLearnerLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_cat, obs_map, obs_to
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.config import ActorLearnerLoopConfig, RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainResult, build_env, load_state, probe_spec
 from ctrl_rl.storage.rollout import RolloutStorage
 
@@ -280,7 +281,7 @@ class ProcessBackend(_Unresumable):
                 self._check()
                 if waited >= self.timeout:
                     raise ActorsLost(f"no segment from any of the {self.alive} live actors in {self.timeout:.0f} s "
-                                     "(--actor-timeout); the last checkpoint is kept")
+                                     "(--actor-timeout); the last checkpoint is kept") from None
         self._check()
         return out
 
@@ -321,7 +322,7 @@ class RayBackend(_Unresumable):
 
     def broadcast(self, state: dict, version: int) -> None:
         self.weights_ref = self.ray.put(state)
-        for k, a in self.actors.items():
+        for _k, a in self.actors.items():
             a.set_weights.remote(self.weights_ref, version)
 
     def _drop(self, k: int, why: str) -> None:
@@ -444,8 +445,9 @@ def _run(ctx: RunContext, run: RunConfig, algo, backend, update: int, step: int,
             lag_over += over
             if not warned:
                 warned = True
-                print(f"ctrl-rl: policy lag {max(lag)} updates exceeds --max-policy-lag {loop.max_policy_lag} at update "
-                      f"{update} (counted in actors/lag_over; the segments are still used)", file=sys.stderr, flush=True)
+                print(f"ctrl-rl: policy lag {max(lag)} updates exceeds --max-policy-lag {loop.max_policy_lag} "
+                      f"at update {update} (counted in actors/lag_over; the segments are still used)",
+                      file=sys.stderr, flush=True)
         for g in got:
             rets += g.returns
             lens += g.lengths

@@ -220,14 +220,16 @@ def load_checkpoint(path: Path, expect_algo: str | None = None) -> dict[str, Any
         raise UserInputError(f"checkpoint {str(path)!r} does not exist: expected a .pt file written by `ctrl-rl train`")
     data = _read_payload(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise UserInputError(f"checkpoint {str(path)!r} is not a ctrl_rl checkpoint: expected a file written by `ctrl-rl train`")
+        raise UserInputError(f"checkpoint {str(path)!r} is not a ctrl_rl checkpoint: "
+                             "expected a file written by `ctrl-rl train`")
     if data.get("version") not in (VERSION, _LEGACY_VERSION):
         raise UserInputError(f"checkpoint {str(path)!r} has format version {data.get('version')!r}: expected {VERSION}")
     if not isinstance(data.get("algo"), str) or not isinstance(data.get("config"), dict):
         raise UserInputError(f"checkpoint {str(path)!r} lacks its algorithm name or config: expected a file written by "
                              "`ctrl-rl train`")
     if expect_algo is not None and data.get("algo") != expect_algo:
-        raise UserInputError(f"checkpoint {str(path)!r} holds a {data.get('algo')!r} run: expected a {expect_algo!r} checkpoint")
+        raise UserInputError(f"checkpoint {str(path)!r} holds a {data.get('algo')!r} run: "
+                             f"expected a {expect_algo!r} checkpoint")
     return data
 
 
@@ -237,7 +239,8 @@ def find_checkpoint(path_or_dir: str | Path) -> Path:
     if p.is_dir():
         ck = p / "checkpoints" / "latest.pt"
         if not ck.is_file():
-            raise UserInputError(f"run directory {str(p)!r} has no checkpoints/latest.pt: expected a directory written by `ctrl-rl train`")
+            raise UserInputError(f"run directory {str(p)!r} has no checkpoints/latest.pt: "
+                                 "expected a directory written by `ctrl-rl train`")
         return ck
     if not p.exists():
         raise UserInputError(f"{str(p)!r} does not exist: expected a run directory or a checkpoint file")

@@ -23,6 +23,9 @@ class DistInfo:
         return self.world_size > 1
 
 
+SINGLE_PROCESS = DistInfo()  # the train functions' default: one process (frozen, so one shared instance is safe)
+
+
 def init_from_env(device: str) -> DistInfo:
     """Join the process group torchrun describes in the environment (WORLD_SIZE > 1), else single process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 
-from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.core.protocols import Recurrent
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.learn.regimes import get_regime
 from ctrl_rl.learn.runtime import build_env, setup_device
 from ctrl_rl.storage.datasets.scores import normalized_score
@@ -36,7 +37,8 @@ class EvalOptions:
         if self.episodes < 1:
             raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
         if self.max_steps < 1:
-            raise UserInputError(f"invalid --max-steps {self.max_steps!r}: expected a positive number of steps per episode")
+            raise UserInputError(f"invalid --max-steps {self.max_steps!r}: "
+                                 "expected a positive number of steps per episode")
 
 
 @torch.no_grad()

@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig, WorldModelLoopConfig, ensure_loop
-from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig, WorldModelLoopConfig, ensure_loop
 from ctrl_rl.learn.offline import env_spec, run_updates
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainingDiverged, TrainResult, check_memory, load_state
 from ctrl_rl.storage.datasets import open_dataset, to_replay
 from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
@@ -202,7 +202,8 @@ def fit_first(run: RunConfig, run_dir: Path, max_iterations: int | None,
                                   loop=WorldModelLoopConfig(clip_actions=run.loop.clip_actions))
     resume = (model_dir / "checkpoints" / "latest.pt").is_file()
     print(f"fitting the dynamics model first: {model_dir} (reuse it with --model {model_dir})")
-    train_dynamics(dyn_run, entry.name, entry.default_config(**(dyn_overrides or {})), model_dir, resume, max_iterations)
+    train_dynamics(dyn_run, entry.name, entry.default_config(**(dyn_overrides or {})), model_dir, resume,
+                   max_iterations)
     return model_dir if (model_dir / MODEL_FILE).is_file() else None
 
 
@@ -275,4 +276,5 @@ register_regime(Regime(
     summary="dataset -> a dynamics ensemble fitted epoch by epoch (holdout, early stopping, elites) -> model.pt"))
 register_regime(Regime(
     "model-based", ModelBasedLoopConfig, _train_model_based,
-    summary="dataset -> fitted model -> k-step rollouts of the actor -> model buffer -> update on real and imagined rows"))
+    summary="dataset -> fitted model -> k-step rollouts of the actor -> model buffer -> update on real and "
+            "imagined rows"))

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.config import OfflineLoopConfig, OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainResult, build_env, load_state
 from ctrl_rl.storage.datasets import open_dataset, to_replay
 

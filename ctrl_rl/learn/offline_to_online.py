@@ -17,7 +17,7 @@ from ctrl_rl.algos import registry
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
 from ctrl_rl.learn.checkpoint import load_checkpoint
-from ctrl_rl.learn.config import OffPolicyLoopConfig, OfflineLoopConfig, RunConfig, ensure_loop
+from ctrl_rl.learn.config import OfflineLoopConfig, OffPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.offline import train_offline
 from ctrl_rl.learn.offpolicy import train_offpolicy
 from ctrl_rl.learn.regimes import Regime, register_regime
@@ -25,22 +25,25 @@ from ctrl_rl.learn.runtime import TrainResult
 
 
 def train_offline_to_online(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
-                            max_iterations: int | None = None, dist_info: D.DistInfo = D.DistInfo()) -> TrainResult:
+                            max_iterations: int | None = None, dist_info: D.DistInfo = D.SINGLE_PROCESS) -> TrainResult:
     """Train an offline-to-online algorithm (module docstring); ``max_iterations`` counts the steps of both phases."""
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
     loop = run.loop
     assert isinstance(loop, OffPolicyLoopConfig)
-    if entry.pretrain_step is not None and loop.offline_steps > 0 and (loop.init is None or _is_own_pretrain(loop, run_dir)):
+    if (entry.pretrain_step is not None and loop.offline_steps > 0
+            and (loop.init is None or _is_own_pretrain(loop, run_dir))):
         pre_dir = Path(run_dir) / "pretrain"
         if run.dataset is None:
-            raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected the offline data it "
+            raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: "
+                                 "expected the offline data it "
                                  "pre-trains on")
         done = _pretrain_step(pre_dir)
         if done < loop.offline_steps:
             pre_run = dataclasses.replace(run, total_steps=loop.offline_steps, run_dir=str(pre_dir), resume=None,
                                           checkpoint_every=min(run.checkpoint_every, loop.offline_steps),
-                                          loop=OfflineLoopConfig(batch_size=loop.batch_size, clip_actions=loop.clip_actions))
+                                          loop=OfflineLoopConfig(batch_size=loop.batch_size,
+                                                                 clip_actions=loop.clip_actions))
             res = train_offline(pre_run, algo_name, cfg, pre_dir, resume=done > 0, max_iterations=max_iterations,
                                 update_step=entry.pretrain_step)
             if res.step < loop.offline_steps:  # stopped inside the offline phase
@@ -48,7 +51,8 @@ def train_offline_to_online(run: RunConfig, algo_name: str, cfg, run_dir: Path, 
             if max_iterations is not None:
                 max_iterations = max(0, max_iterations - (res.step - done))
         run = dataclasses.replace(run, loop=dataclasses.replace(loop, init=str(pre_dir)))
-        resume = resume and (Path(run_dir) / "checkpoints" / "latest.pt").is_file()  # the online run may not have started
+        # the online run may not have started
+        resume = resume and (Path(run_dir) / "checkpoints" / "latest.pt").is_file()
     return train_offpolicy(run, algo_name, cfg, run_dir, resume, max_iterations)
 
 

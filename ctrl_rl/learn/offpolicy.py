@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import (
     RunContext,
     TrainResult,
@@ -72,7 +72,8 @@ def load_init(algo, state: dict, path: str, env_id: str) -> None:
         algo.load_state_dict({**state, "gen": algo.gen.get_state()})
     except (RuntimeError, KeyError, ValueError) as e:
         raise UserInputError(f"--init {path!r} does not fit env {env_id!r} and this algorithm's networks "
-                             f"({str(e).splitlines()[0][:120]}): expected a checkpoint trained on the same task") from None
+                             f"({str(e).splitlines()[0][:120]}): "
+                             "expected a checkpoint trained on the same task") from None
 
 
 def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
@@ -80,7 +81,8 @@ def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
     loop = run.loop
     if run.dataset is None:
         if loop.offline_ratio:
-            raise UserInputError(f"--offline-ratio {loop.offline_ratio} needs --dataset PATH_OR_ID: expected a D4RL/ctrl_rl "
+            raise UserInputError(f"--offline-ratio {loop.offline_ratio} needs --dataset PATH_OR_ID: "
+                                 "expected a D4RL/ctrl_rl "
                                  "file or dataset id, or --offline-ratio 0")
         return None
     if loop.offline_ratio == 0 and entry.pretrain_step is None:
@@ -121,10 +123,12 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
     run = ensure_loop(entry, run)
     loop = run.loop
     if entry.requires_init and loop.init is None:
-        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: expected a run of one of "
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: "
+                             "expected a run of one of "
                              f"{list(entry.init_from)} to fine-tune")
     if entry.requires_dataset and run.dataset is None:
-        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl .hdf5 "
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: "
+                             "expected a D4RL or ctrl_rl .hdf5 "
                              "file, a generated dataset id or a Minari dataset id")
     N = run.num_envs
     if loop.buffer_size < N:
@@ -165,7 +169,8 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
 def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline, max_iterations) -> TrainResult:
     loop, gen, device = run.loop, ctx.gen, ctx.device
     N, A = run.num_envs, env.spec.action_dim
-    sampler = buffer if offline is None or loop.offline_ratio == 0 else MixedSampler(buffer, offline, loop.offline_ratio)
+    sampler = (buffer if offline is None or loop.offline_ratio == 0
+               else MixedSampler(buffer, offline, loop.offline_ratio))
     B = loop.batch_size
 
     def update() -> dict:

@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.config import OnPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.obs import obs_cat, obs_index, obs_map, obs_nbytes, obs_to
 from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
+from ctrl_rl.learn.config import OnPolicyLoopConfig, RunConfig, ensure_loop
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import (
     RunContext,
     TrainResult,
@@ -125,7 +125,7 @@ def train_onpolicy(
     run_dir: Path,
     resume: bool = False,
     max_iterations: int | None = None,
-    dist_info: D.DistInfo = D.DistInfo(),
+    dist_info: D.DistInfo = D.SINGLE_PROCESS,
 ) -> TrainResult:
     """Train an on-policy algorithm. ``resume`` continues from ``run_dir/checkpoints/latest.pt``;
     ``max_iterations`` stops early after that many updates of this call (simulates an interruption)."""
@@ -134,7 +134,8 @@ def train_onpolicy(
     loop = run.loop
     W, rank = dist_info.world_size, dist_info.rank
     if run.num_envs % W:
-        raise UserInputError(f"--num-envs {run.num_envs} is not divisible by the {W} processes: expected a multiple of {W}")
+        raise UserInputError(f"--num-envs {run.num_envs} is not divisible by the {W} processes: "
+                             f"expected a multiple of {W}")
     n_local = run.num_envs // W
     cfg_local = cfg
     if dist_info.enabled:
@@ -151,7 +152,8 @@ def train_onpolicy(
         gamma = getattr(cfg, "gamma", 0.99)
         check_env_memory(run, probe_spec(run), n_local, ctx.device)
         if loop.pipeline:
-            envs = [build_env(run, n_local // 2, rank_seed, gamma), build_env(run, n_local // 2, rank_seed + 7919, gamma)]
+            envs = [build_env(run, n_local // 2, rank_seed, gamma),
+                    build_env(run, n_local // 2, rank_seed + 7919, gamma)]
         else:
             envs = [build_env(run, n_local, rank_seed, gamma)]
         env = Collector(envs, ctx.device)

@@ -50,7 +50,8 @@ def _foreign_entries(path: Path, prefix: str = "") -> list[str]:
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.name == "checkpoints" and entry.is_dir(follow_symlinks=False):
             for sub in sorted(os.scandir(entry.path), key=lambda e: e.name):
-                if not (sub.is_file(follow_symlinks=False) and (_CHECKPOINT_RE.fullmatch(sub.name) or _TMP_RE.fullmatch(sub.name))):
+                if not (sub.is_file(follow_symlinks=False)
+                        and (_CHECKPOINT_RE.fullmatch(sub.name) or _TMP_RE.fullmatch(sub.name))):
                     foreign.append(f"{prefix}checkpoints/{sub.name}")
         elif not prefix and entry.name in _SUB_RUNS and entry.is_dir(follow_symlinks=False):
             foreign += _foreign_entries(Path(entry.path), f"{entry.name}/")
@@ -103,18 +104,22 @@ def check_new_run_dir(path: str | Path) -> bool:
     try:
         foreign = _foreign_entries(p)
     except OSError as e:
-        raise UserInputError(f"run directory {shown!r} cannot be read ({e.strerror}): expected a readable directory") from None
+        raise UserInputError(f"run directory {shown!r} cannot be read ({e.strerror}): "
+                             "expected a readable directory") from None
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise UserInputError(f"run directory {shown!r} holds files that are not part of a ctrl_rl run ({foreign[0]!r}{more}): "
+        raise UserInputError(f"run directory {shown!r} holds files that are not part of a ctrl_rl run "
+                             f"({foreign[0]!r}{more}): "
                              "expected a new or empty directory")
     if _checkpoints(p):
-        raise UserInputError(f"run directory {shown!r} already holds a run with a checkpoint: expected a new directory, "
+        raise UserInputError(f"run directory {shown!r} already holds a run with a checkpoint: "
+                             "expected a new directory, "
                              f"or --resume {shown} to continue that run")
     owner = lock_owner(p)
     if owner is not None and owner.get("alive"):
         who = f"process {owner['pid']} on {owner.get('host')}" if owner.get("pid") is not None else "another process"
-        raise UserInputError(f"run directory {shown!r} is in use by {who}: expected one training process per run directory")
+        raise UserInputError(f"run directory {shown!r} is in use by {who}: "
+                             "expected one training process per run directory")
     return any(True for _ in os.scandir(p))
 
 
@@ -162,11 +167,14 @@ def check_resume_dir(path: str | Path) -> Path:
     p = Path(path)
     shown = str(path)
     if not p.exists():
-        raise UserInputError(f"resume directory {shown!r} does not exist: expected a run directory written by `ctrl-rl train`")
+        raise UserInputError(f"resume directory {shown!r} does not exist: "
+                             "expected a run directory written by `ctrl-rl train`")
     if not p.is_dir():
-        raise UserInputError(f"resume directory {shown!r} is a file: expected a run directory written by `ctrl-rl train`")
+        raise UserInputError(f"resume directory {shown!r} is a file: "
+                             "expected a run directory written by `ctrl-rl train`")
     if not (p / "config.json").is_file():
-        raise UserInputError(f"resume directory {shown!r} has no config.json: expected a run directory written by `ctrl-rl train`")
+        raise UserInputError(f"resume directory {shown!r} has no config.json: "
+                             "expected a run directory written by `ctrl-rl train`")
     ck = p / "checkpoints" / "latest.pt"
     pre = [p / n / "checkpoints" / "latest.pt" for n in _SUB_RUNS if (p / n / "checkpoints" / "latest.pt").is_file()]
     if not ck.is_file() and pre:
@@ -237,10 +245,12 @@ class RunDirLock:
             return UserInputError(f"run directory {shown!r} is being locked by another process (its .lock is not yet "
                                   f"written): expected one training process per run directory")
         if owner.get("host") not in (None, socket.gethostname()):
-            return UserInputError(f"run directory {shown!r} is in use by process {owner['pid']} on host {owner['host']!r} "
+            return UserInputError(f"run directory {shown!r} is in use by process {owner['pid']} on host "
+                                  f"{owner['host']!r} "
                                   f"(its .lock): expected one training process per run directory; delete "
                                   f"{str(self.lock)!r} if that process is gone")
-        return UserInputError(f"run directory {shown!r} is in use by process {owner.get('pid')} (its .lock): expected one "
+        return UserInputError(f"run directory {shown!r} is in use by process {owner.get('pid')} (its .lock): "
+                              "expected one "
                               "training process per run directory; wait for it to finish or stop it")
 
     def acquire(self) -> None:
@@ -283,7 +293,8 @@ class RunDirLock:
             if not stale:
                 raise self._refuse(owner)
             if self._break(raw):
-                whose = (f"belonged to process {owner['pid']}, which is no longer running" if owner.get("pid") is not None
+                whose = (f"belonged to process {owner['pid']}, which is no longer running"
+                         if owner.get("pid") is not None
                          else f"was left half-written more than {HALF_WRITTEN_STALE:.0f} s ago")
                 print(f"ctrl-rl: taking over run directory {str(self.path)!r}: its lock {whose}", file=sys.stderr)
             elif time.monotonic() > deadline:

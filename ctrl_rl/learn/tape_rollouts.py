@@ -2,7 +2,8 @@
 ``learn/model_based.py``'s MBPO-style loop.
 
 The model comes from ``--model RUN`` or is fitted first in ``RUN_DIR/dynamics`` (``model_based.fit_first``, with the
-``dynamics`` entry's defaults and the agent entry's ``model_defaults``: NeuBay's LayerNorm residual ensemble). The dataset is read as whole trajectories (``world_models.history``); the
+``dynamics`` entry's defaults and the agent entry's ``model_defaults``: NeuBay's LayerNorm residual ensemble). The
+dataset is read as whole trajectories (``world_models.history``); the
 threshold ``u_max`` (``--uncertainty-quantile`` of the epistemic figure over the data) is computed once.
 
 Then, before the first gradient step and whenever the previous collection's updates are used up: one collection
@@ -24,11 +25,11 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.config import RecurrentModelBasedLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.learn.config import RecurrentModelBasedLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.model_based import load_model, model_source, termination_for
 from ctrl_rl.learn.offline import env_spec, run_updates
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainingDiverged, TrainResult, check_memory, load_state
 from ctrl_rl.storage.datasets import load_dataset
 from ctrl_rl.storage.tapes import TapeBuffer
@@ -100,7 +101,8 @@ def train_neubay(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: boo
         del ds
         u_max, u_stats = uncertainty_threshold(model, data.obs, data.action, loop.uncertainty_quantile)
         O, A = spec.obs_dim, spec.action_dim
-        most = min(loop.buffer_transitions, math.ceil(run.total_steps / loop.utd) + 2 * loop.parallel_rollouts * horizon)
+        most = min(loop.buffer_transitions,
+                   math.ceil(run.total_steps / loop.utd) + 2 * loop.parallel_rollouts * horizon)
         check_memory(most * (4 * (2 * O + A + 1) + 3), f"the tape buffer of up to {most:,} transitions",
                      "--buffer-transitions", ctx.device)
         buffer = TapeBuffer(loop.buffer_transitions, O, A, ctx.device)

@@ -14,11 +14,12 @@ from ctrl_rl.learn.runtime import TrainResult
 
 
 def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
-          max_iterations: int | None = None, dist_info: D.DistInfo = D.DistInfo()) -> TrainResult:
+          max_iterations: int | None = None, dist_info: D.DistInfo = D.SINGLE_PROCESS) -> TrainResult:
     """Train ``algo_name`` with ``run`` (whose ``loop`` is the regime's loop config) into ``run_dir``."""
     entry = registry.get(algo_name)
     regime = get_regime(entry.regime)
     run = ensure_loop(entry, run)
     if dist_info.enabled and not entry.distributed:
-        raise UserInputError(f"{algo_name!r} runs in one process: expected `ctrl-rl train {algo_name}` without torchrun")
+        raise UserInputError(f"{algo_name!r} runs in one process: "
+                             f"expected `ctrl-rl train {algo_name}` without torchrun")
     return regime.train(run, algo_name, cfg, run_dir, resume, max_iterations, dist_info)

@@ -54,9 +54,11 @@ class SafetyConfig:
 
     def __post_init__(self) -> None:
         if self.max_step_change is not None and not (np.isfinite(self.max_step_change) and self.max_step_change > 0):
-            raise UserInputError(f"invalid max_step_change {self.max_step_change!r}: expected a positive number or None")
+            raise UserInputError(f"invalid max_step_change {self.max_step_change!r}: "
+                                 "expected a positive number or None")
         if not (np.isfinite(self.joint_margin) and self.joint_margin >= 0):
-            raise UserInputError(f"invalid joint_margin {self.joint_margin!r}: expected a non-negative number of radians")
+            raise UserInputError(f"invalid joint_margin {self.joint_margin!r}: "
+                                 "expected a non-negative number of radians")
         if not (np.isfinite(self.vel_fraction) and 0 < self.vel_fraction <= 1):
             raise UserInputError(f"invalid vel_fraction {self.vel_fraction!r}: expected a number in (0, 1]")
 
@@ -113,7 +115,8 @@ class SafetyFilter:
         a = np.asarray(action, dtype=np.float64).reshape(-1)  # [A]
         reasons: list[str] = []
         if a.shape != self.low.shape:
-            raise ValueError(f"the command has {a.size} components, the action space {self.space.name!r} {self.low.size}")
+            raise ValueError(f"the command has {a.size} components, the action space {self.space.name!r} "
+                             f"{self.low.size}")
         if not np.isfinite(a).all():
             a = self._hold(state)
             reasons.append("nonfinite")

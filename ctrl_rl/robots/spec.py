@@ -40,7 +40,8 @@ def _check_range(low: tuple[float, ...], high: tuple[float, ...], what: str, n: 
     bad = [i for i, (lo, hi) in enumerate(zip(low, high)) if not lo < hi]
     if bad:
         i = bad[0]
-        raise UserInputError(f"{what} is inverted or empty at index {i} (low {low[i]}, high {high[i]}): expected low < high")
+        raise UserInputError(f"{what} is inverted or empty at index {i} (low {low[i]}, high {high[i]}): "
+                             "expected low < high")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ class RobotSpec:
         _check_range(self.workspace_low, self.workspace_high, f"robot {self.name!r} workspace", 3)
         _check_range((float(self.gripper_low),), (float(self.gripper_high),), f"robot {self.name!r} gripper range")
         if not (isinstance(self.control_hz, (int, float)) and self.control_hz > 0 and math.isfinite(self.control_hz)):
-            raise UserInputError(f"robot {self.name!r} control_hz is {self.control_hz!r}: expected a positive rate in Hz")
+            raise UserInputError(f"robot {self.name!r} control_hz is {self.control_hz!r}: "
+                                 "expected a positive rate in Hz")
         if len(self.home) != n or any(not lo <= h <= hi for h, lo, hi in zip(self.home, self.joint_pos_low,
                                                                               self.joint_pos_high)):
             raise UserInputError(f"robot {self.name!r} home pose {list(self.home)} is not {n} joint positions inside "
@@ -157,7 +159,7 @@ class RobotSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RobotSpec":
+    def from_dict(cls, d: dict) -> RobotSpec:
         if not isinstance(d, dict):
             raise UserInputError(f"robot spec is {type(d).__name__}: expected a JSON object")
         known = set(cls.__dataclass_fields__)

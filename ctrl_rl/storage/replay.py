@@ -61,7 +61,8 @@ class ReplayBuffer:
             self.next_obs: Obs = torch.zeros((C, *self.obs_shape), device=self.device)  # [C,O]
         else:
             self.obs = {p.name: torch.empty((C, *p.shape), dtype=p.dtype, device=self.device) for p in self.obs_parts}
-            self.next_obs = {p.name: torch.empty((C, *p.shape), dtype=p.dtype, device=self.device) for p in self.obs_parts}
+            self.next_obs = {p.name: torch.empty((C, *p.shape), dtype=p.dtype, device=self.device)
+                             for p in self.obs_parts}
         if discrete:
             self.action = torch.zeros(C, dtype=torch.int64, device=self.device)  # [C]
         else:
@@ -87,7 +88,8 @@ class ReplayBuffer:
         if self.flat:
             n = obs.shape[0]
             if tuple(obs.shape[1:]) != self.obs_shape or tuple(next_obs.shape) != tuple(obs.shape):
-                raise ValueError(f"replay expects obs and next_obs of shape [N,{self.obs_shape}], got {tuple(obs.shape)} "
+                raise ValueError(f"replay expects obs and next_obs of shape [N,{self.obs_shape}], got "
+                                 f"{tuple(obs.shape)} "
                                  f"and {tuple(next_obs.shape)}")
         else:
             n = self._check_parts(obs, next_obs)

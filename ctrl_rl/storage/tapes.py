@@ -73,11 +73,13 @@ class TapeBuffer:
 
     def __init__(self, capacity: int, obs_dim: int, action_dim: int, device: torch.device | str = "cpu"):
         if not isinstance(capacity, int) or capacity < 1:
-            raise UserInputError(f"tape buffer capacity {capacity!r} is invalid: expected a positive number of transitions")
+            raise UserInputError(f"tape buffer capacity {capacity!r} is invalid: "
+                                 "expected a positive number of transitions")
         self.capacity, self.obs_dim, self.action_dim = capacity, int(obs_dim), int(action_dim)
         self.device = torch.device(device)
         self._alloc(0)
-        self.starts = torch.zeros(0, dtype=torch.int64, device=self.device)  # [P] first row of every live tape, oldest first
+        # [P] first row of every live tape, oldest first
+        self.starts = torch.zeros(0, dtype=torch.int64, device=self.device)
         self.lengths = torch.zeros(0, dtype=torch.int64, device=self.device)  # [P] rows of every live tape
         self.ptr = 0  # next row to write (ring position)
         self.size = 0  # rows held by live tapes
@@ -119,16 +121,19 @@ class TapeBuffer:
         if R == 0:
             return 0
         if tapes.obs.shape[1] != self.obs_dim or tapes.action.shape[1] != self.action_dim:
-            raise UserInputError(f"tapes of obs dim {tapes.obs.shape[1]} and action dim {tapes.action.shape[1]} do not fit "
+            raise UserInputError(f"tapes of obs dim {tapes.obs.shape[1]} and action dim {tapes.action.shape[1]} do not "
+                                 "fit "
                                  f"this tape buffer: expected {self.obs_dim} and {self.action_dim}")
         first = tapes.first.to(self.device)
         new_starts = first.nonzero().squeeze(1)  # [P] (host sync: sizes the tables)
         if new_starts.numel() == 0 or int(new_starts[0]) != 0:
-            raise UserInputError("tapes added to the tape buffer must start with a row marked first: expected whole tapes")
+            raise UserInputError("tapes added to the tape buffer must start with a row marked first: "
+                                 "expected whole tapes")
         new_len = torch.diff(new_starts, append=torch.tensor([R], device=self.device))  # [P]
         lens = new_len.tolist()
         if max(lens) > self.capacity:
-            raise UserInputError(f"a tape of {max(lens)} transitions does not fit a tape buffer of {self.capacity}: expected "
+            raise UserInputError(f"a tape of {max(lens)} transitions does not fit a tape buffer of {self.capacity}: "
+                                 "expected "
                                  "a larger buffer capacity (--buffer-transitions)")
         skip, total = 0, R  # the newest tapes of this call that fit on their own
         while total > self.capacity:
@@ -159,7 +164,8 @@ class TapeBuffer:
         P = self.num_tapes
         if P == 0:
             raise UserInputError("the tape buffer is empty: expected tapes to be added before sampling")
-        draw = torch.randint(P, (batch,), generator=generator, device=self.device)  # [batch] tape ids (enough: >= 1 row each)
+        # [batch] tape ids (enough: >= 1 row each)
+        draw = torch.randint(P, (batch,), generator=generator, device=self.device)
         lens = self.lengths[draw]  # [batch]
         cum = lens.cumsum(0)  # [batch]
         k = int(torch.searchsorted(cum, torch.tensor(batch, device=self.device))) + 1  # tapes used (host sync)

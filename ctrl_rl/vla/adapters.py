@@ -30,14 +30,16 @@ def apply_lora(backbone, rank: int, alpha: float, targets: str, vision: bool = F
 
     wanted = [t.strip() for t in targets.split(",") if t.strip()]
     if not wanted:
-        raise UserInputError(f"invalid --lora-targets {targets!r}: expected comma-separated module names such as q_proj,v_proj")
+        raise UserInputError(f"invalid --lora-targets {targets!r}: "
+                             "expected comma-separated module names such as q_proj,v_proj")
     pattern = lora_pattern(backbone, wanted, vision)
     names = [n for n, m in backbone.vlm.named_modules() if isinstance(m, nn.Linear)]
     for t in wanted:
         if not any(re.fullmatch(pattern, n) and n.rsplit(".", 1)[-1] == t for n in names):
             have = sorted({n.rsplit(".", 1)[-1] for n in names if re.fullmatch(backbone.language_model_pattern, n)})
             raise UserInputError(f"--lora-targets names {t!r}, which matches no linear layer of the backbone's "
-                                 f"{'language model or vision tower' if vision else 'language model'}: expected one of {have}")
+                                 f"{'language model or vision tower' if vision else 'language model'}: "
+                                 f"expected one of {have}")
     for p in backbone.vlm.parameters():
         p.requires_grad_(False)
     inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=pattern),

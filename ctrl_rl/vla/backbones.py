@@ -161,7 +161,7 @@ def _lookup(root: nn.Module, path: str) -> nn.Module:
     return root
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cache_name(cls: type) -> str:
     """The name of a language model's KV-cache argument and output: ``cache`` since transformers 5.24 renamed
     ``past_key_values`` (looked up once per class, not on every decoding step)."""

@@ -23,9 +23,9 @@ Shape letters: S frames in all, K episodes, H chunk length, A action dim, P prop
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -128,7 +128,8 @@ def load_demos(path: str | Path, cameras: Sequence[str], image_hw: tuple[int, in
         video[cam] = key
     chosen = list(range(data.num_episodes)) if episodes is None else list(episodes)
     ok = episode_success(data)
-    cols = [STATE_KEY, *state_keys, *keys, "task_index"] + [k for k in (ENV_STATE_KEY, *INTERVENTION_KEYS) if k in data.features]
+    cols = [STATE_KEY, *state_keys, *keys, "task_index"] + [k for k in (ENV_STATE_KEY, *INTERVENTION_KEYS)
+                                                            if k in data.features]
     proprio, act, task, crit, inter, images = [], [], [], [], [], {c: [] for c in cameras}
     lengths = []
     for e in chosen:

@@ -231,7 +231,8 @@ class RegressionHead(nn.Module):
         return (-0.5 * z.square() - self.log_std - 0.5 * _LOG_2PI).sum((1, 2))
 
     def entropy(self) -> torch.Tensor:
-        """Entropy of the chunk's Gaussian, a scalar (the same for every state): ``H sum_a (log(2 pi e) / 2 + log_std_a)``."""
+        """Entropy of the chunk's Gaussian, a scalar (the same for every state):
+        ``H sum_a (log(2 pi e) / 2 + log_std_a)``."""
         return self.H * (0.5 * (1 + _LOG_2PI) + self.log_std).sum()
 
     def sample(self, cond: torch.Tensor, gen: torch.Generator | None, deterministic: bool = False) -> torch.Tensor:
@@ -301,7 +302,8 @@ class FlowHead(nn.Module):
         return self.in_cond(c) + self.in_mean(c.mean(1, keepdim=True)) + self.pos  # [B,H,F]
 
     def velocity(self, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """``v(x_t, t)`` for ``x [...,H,A]``, ``t`` broadcastable to ``[...]``, ``ctx`` to ``[...,H,F]`` -> ``[...,H,A]``."""
+        """``v(x_t, t)`` for ``x [...,H,A]``, ``t`` broadcastable to ``[...]``, ``ctx`` to ``[...,H,F]``
+        -> ``[...,H,A]``."""
         t = t.to(x.dtype).expand(x.shape[:-2])  # [...]
         g = self.in_chunk(x.flatten(-2)) + self.in_t(time_embedding(t, self.time_dim))  # [...,F]
         return self.out(ctx + self.in_x(x) + g.unsqueeze(-2))  # [...,H,A]

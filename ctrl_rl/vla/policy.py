@@ -28,8 +28,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ctrl_rl.vla.heads import ActionNormalizer, FlowHead, RegressionHead, TokenBins, sample_bins, token_log_prob, \
-    token_loss
+from ctrl_rl.vla.heads import (
+    ActionNormalizer,
+    FlowHead,
+    RegressionHead,
+    TokenBins,
+    sample_bins,
+    token_log_prob,
+    token_loss,
+)
 
 if TYPE_CHECKING:
     from ctrl_rl.vla.backbones import Backbone
@@ -48,13 +55,14 @@ def decode_language(ids: torch.Tensor) -> list[str]:
 class VLAPolicy(nn.Module):
     """The VLA model (module docstring). Build with a backbone and tokenizer; ``set_statistics`` before training."""
 
-    def __init__(self, backbone: "Backbone", tokenizer, head: str, chunk: int, action_dim: int, proprio_dim: int,
+    def __init__(self, backbone: Backbone, tokenizer, head: str, chunk: int, action_dim: int, proprio_dim: int,
                  cameras: tuple[str, ...], max_text_len: int = 16, flow_steps: int = 10, init_log_std: float = -2.0):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown head {head!r}: expected one of {HEADS}")
         self.backbone, self.tokenizer, self.head_kind = backbone, tokenizer, head
-        self.H, self.A, self.P, self.cameras, self.max_text_len = chunk, action_dim, proprio_dim, tuple(cameras), max_text_len
+        self.H, self.A, self.P, self.cameras, self.max_text_len = (chunk, action_dim, proprio_dim, tuple(cameras),
+                                                                   max_text_len)
         D = backbone.hidden_size
         self.state_proj = nn.Linear(proprio_dim, D)
         self.register_buffer("state_mean", torch.zeros(proprio_dim))
@@ -119,7 +127,8 @@ class VLAPolicy(nn.Module):
         B, Lp = mask.shape
         ids = self.bins.to_ids(bins)  # [B,M]
         act = self.backbone.embed_tokens(ids[:, :-1]).to(embeds.dtype)  # [B,M-1,D]
-        hidden, _ = self.backbone.decode(torch.cat([embeds, act], 1), torch.cat([mask, mask.new_ones(B, ids.shape[1] - 1)], 1))
+        hidden, _ = self.backbone.decode(torch.cat([embeds, act], 1),
+                                         torch.cat([mask, mask.new_ones(B, ids.shape[1] - 1)], 1))
         return self.bins.bin_logits(self.backbone.logits(hidden[:, Lp - 1:]).float())  # [B,M,256]
 
     # ----- training -----

@@ -36,9 +36,9 @@ output layer instead of separate mean and logvar heads (the same function; RAVL 
 best weights are restored also when ``max_epochs`` ends training (RAVL's code only on early stop). From NeuBay:
 its NLL is half of ours plus a constant; its AdamW decay is decoupled, ours coupled; it standardises s' with the
 statistics of s (ours: s' - s with its own), so epistemic figures differ in scale; no residual in its blocks
-(``residual`` is off by default); Equinox's uniform initialisation. NeuBay's model is about ``DynamicsConfig(members=128, elites=100,
-layer_norm=True, activation="leaky_relu", weight_decay=(5e-5,) * 5, max_holdout=1000, min_epochs=0,
-max_epochs=None, bootstrap=False, logvar_bounds="fixed")``.
+(``residual`` is off by default); Equinox's uniform initialisation. NeuBay's model is about
+``DynamicsConfig(members=128, elites=100, layer_norm=True, activation="leaky_relu", weight_decay=(5e-5,) * 5,
+max_holdout=1000, min_epochs=0, max_epochs=None, bootstrap=False, logvar_bounds="fixed")``.
 
 Shape letters: E members, K elites, M members run, S dataset rows, N training rows, H holdout rows, B rows,
 O obs dim, A action dim, I = O + A inputs, D = O + 1 outputs.
@@ -50,8 +50,9 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -130,7 +131,8 @@ class DynamicsConfig:
                 _invalid(f.name, v, f"one of {list(typing.get_args(tp))}")
             if tp is bool and not isinstance(v, bool):
                 _invalid(f.name, v, "True or False")
-            is_int = tp is int or (typing.get_origin(tp) in (typing.Union, types.UnionType) and int in typing.get_args(tp))
+            is_int = tp is int or (typing.get_origin(tp) in (typing.Union, types.UnionType)
+                                   and int in typing.get_args(tp))
             if is_int and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 _invalid(f.name, v, "an integer")
         if self.members < 1:
@@ -139,7 +141,8 @@ class DynamicsConfig:
             _invalid("elites", self.elites, f"1 <= elites <= members = {self.members}")
         if len(self.weight_decay) != len(self.hidden) + 1:
             raise UserInputError(f"DynamicsConfig.weight_decay has {len(self.weight_decay)} values: expected one per "
-                                 f"linear layer, {len(self.hidden) + 1} for hidden={self.hidden} (output layer included)")
+                                 f"linear layer, {len(self.hidden) + 1} for hidden={self.hidden} "
+                                 "(output layer included)")
         if any(not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0 for w in self.weight_decay):
             _invalid("weight_decay", self.weight_decay, "finite coefficients >= 0")
         for name in ("batch_size", "patience", "predict_chunk"):
@@ -163,7 +166,8 @@ def _invalid(name: str, value, expected: str) -> typing.NoReturn:
 
 
 def soft_clamp(x: torch.Tensor, lo: torch.Tensor | float, hi: torch.Tensor | float) -> torch.Tensor:
-    """PETS' smooth clamp of ``x`` into (lo, hi): ``lo + softplus((hi - softplus(hi - x)) - lo)`` (gradient everywhere)."""
+    """PETS' smooth clamp of ``x`` into (lo, hi): ``lo + softplus((hi - softplus(hi - x)) - lo)``
+    (gradient everywhere)."""
     x = hi - F.softplus(hi - x)
     return lo + F.softplus(x - lo)
 
@@ -183,8 +187,10 @@ class EnsembleDynamics(nn.Module):
                 std = 1 / (2 * math.sqrt(layer.weight.shape[1]))
                 nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
                 layer.bias.zero_()
-        self.ln_scale = nn.ParameterList(nn.Parameter(torch.ones(E, 1, h)) for h in cfg.hidden) if cfg.layer_norm else None
-        self.ln_shift = nn.ParameterList(nn.Parameter(torch.zeros(E, 1, h)) for h in cfg.hidden) if cfg.layer_norm else None
+        self.ln_scale = (nn.ParameterList(nn.Parameter(torch.ones(E, 1, h)) for h in cfg.hidden)
+                         if cfg.layer_norm else None)
+        self.ln_shift = (nn.ParameterList(nn.Parameter(torch.zeros(E, 1, h)) for h in cfg.hidden)
+                         if cfg.layer_norm else None)
         learned = cfg.logvar_bounds == "learned"
         self.max_logvar = nn.Parameter(torch.full((E, 1, D), 0.5)) if learned else None  # [E,1,D]
         self.min_logvar = nn.Parameter(torch.full((E, 1, D), -10.0)) if learned else None  # [E,1,D]
@@ -211,7 +217,8 @@ class EnsembleDynamics(nn.Module):
 
     @classmethod
     def from_meta(cls, meta: dict) -> EnsembleDynamics:
-        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}  # JSON turns tuples to lists
+        # JSON turns tuples to lists
+        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
         return cls(meta["obs_dim"], meta["act_dim"], DynamicsConfig(**cfg))
 
     # ----- standardisation -----
@@ -228,7 +235,8 @@ class EnsembleDynamics(nn.Module):
         return (y - self.target_mean) / self.target_std
 
     @torch.no_grad()
-    def set_statistics(self, obs: torch.Tensor, act: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor) -> None:
+    def set_statistics(self, obs: torch.Tensor, act: torch.Tensor, next_obs: torch.Tensor,
+                       reward: torch.Tensor) -> None:
         """Input and target mean/std from these rows (population std; a std below 1e-12 becomes 1)."""
         y = torch.cat([next_obs - obs, reward.unsqueeze(-1)], -1)  # [N,D]
         for name, x in (("obs", obs), ("act", act), ("target", y)):
@@ -345,7 +353,8 @@ class EnsembleDynamics(nn.Module):
 
 def member_forward(model: EnsembleDynamics, i: int, obs: torch.Tensor, act: torch.Tensor):
     """Member ``i`` alone on ``obs [B,O]``, ``act [B,A]``, from its slices of the stacked weights with plain matmuls:
-    the reference the batched ``forward`` is tested against. Returns ``(mean [B,D], logvar [B,D], logit [B] | None)``."""
+    the reference the batched ``forward`` is tested against. Returns
+    ``(mean [B,D], logvar [B,D], logit [B] | None)``."""
     x = model.inputs(obs, act)  # [B,I]
     last = len(model.layers) - 1
     for j, layer in enumerate(model.layers):
@@ -461,7 +470,8 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
     x_tr, y_tr, x_ho, y_ho = x_all[train], y_all[train], x_all[hold], y_all[hold]
     t_tr, t_ho = (term[train], term[hold]) if term is not None else (None, None)
     N = x_tr.shape[0]
-    idx_dtype = torch.int32 if N < 2**31 else torch.int64  # [E,N] index tables: 128 members x 1M rows in int32 is 0.5 GB
+    # [E,N] index tables: 128 members x 1M rows in int32 is 0.5 GB
+    idx_dtype = torch.int32 if N < 2**31 else torch.int64
     boot = _chunked_rows(E, N, lambda e0, e1: torch.randint(N, (e1 - e0, N), generator=generator, device=dev),
                          idx_dtype, dev) if cfg.bootstrap else None  # [E,N] the bootstrap resample of each member
     opt = make_optimizer(model)

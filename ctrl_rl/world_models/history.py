@@ -64,7 +64,8 @@ def prefix_inputs(obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
 class HistoryAgent(Protocol):
     """What the collector needs of a recurrent agent (``algos.neubay.NeuBay`` has it)."""
 
-    def warm_up(self, inputs: torch.Tensor, start: torch.Tensor, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def warm_up(self, inputs: torch.Tensor, start: torch.Tensor,
+                last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor encoder over the concatenated prefixes ``inputs [W,I]`` (``start [W]`` marks where each begins)
         -> ``(hidden [P,...], features [P,F])`` at the rows ``last [P]`` (each prefix's final row)."""
         ...
@@ -165,7 +166,8 @@ class HistoryCollector:
     def __init__(self, model: DynamicsModel, data: Trajectories, termination_fn: TerminationFn | None, horizon: int,
                  u_max: float | None, parallel: int, base_env_id: str, seed: int = 0):
         if not isinstance(horizon, int) or horizon < 1 or not isinstance(parallel, int) or parallel < 1:
-            raise UserInputError(f"history collector horizon {horizon!r} and parallel rollouts {parallel!r} are invalid: "
+            raise UserInputError(f"history collector horizon {horizon!r} and parallel rollouts {parallel!r} are "
+                                 "invalid: "
                                  "expected positive integers")
         self.model, self.data, self.termination_fn = model, data, termination_fn
         self.horizon, self.u_max, self.parallel, self.base_env_id = horizon, u_max, parallel, base_env_id
@@ -260,7 +262,8 @@ class HistoryCollector:
         O, A = d.obs.shape[1], d.action.shape[1]
         out = {"obs": torch.zeros(R, O, device=dev), "action": torch.zeros(R, A, device=dev),
                "reward": torch.zeros(R, device=dev), "next_obs": torch.zeros(R, O, device=dev)}
-        out.update({f: torch.zeros(R, dtype=torch.bool, device=dev) for f in ("terminated", "truncated", "real", "first")})
+        out.update({f: torch.zeros(R, dtype=torch.bool, device=dev)
+                    for f in ("terminated", "truncated", "real", "first")})
         hp = torch.repeat_interleave(torch.arange(P, device=dev), t)  # [Rh] rollout of every history row
         hj = torch.arange(hp.shape[0], device=dev) - (t.cumsum(0) - t)[hp]  # [Rh] step inside the history
         src, dst = d.offsets[k][hp] + hj, off[hp] + hj  # [Rh]

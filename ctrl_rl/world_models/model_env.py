@@ -121,12 +121,14 @@ class ModelEnv:
         O, A = int(model.obs_dim), int(model.act_dim)
         _need(isinstance(num_envs, int) and not isinstance(num_envs, bool) and num_envs >= 1,
               f"ModelEnv num_envs is {num_envs!r}, expected an integer >= 1.")
-        _need(member_mode in ("step", "episode"), f"ModelEnv member_mode is {member_mode!r}, expected 'step' or 'episode'.")
+        _need(member_mode in ("step", "episode"),
+              f"ModelEnv member_mode is {member_mode!r}, expected 'step' or 'episode'.")
         _need(horizon is None or (isinstance(horizon, int) and horizon >= 1),
               f"ModelEnv horizon is {horizon!r}, expected None or an integer >= 1.")
         _need(isinstance(penalty, (int, float)) and math.isfinite(penalty) and penalty >= 0,
               f"ModelEnv penalty is {penalty!r}, expected a finite number >= 0.")
-        _need(penalty_kind in UNCERTAINTIES, f"ModelEnv penalty_kind is {penalty_kind!r}, expected one of {UNCERTAINTIES}.")
+        _need(penalty_kind in UNCERTAINTIES,
+              f"ModelEnv penalty_kind is {penalty_kind!r}, expected one of {UNCERTAINTIES}.")
         _need(truncate_above is None or (isinstance(truncate_above, (int, float)) and not math.isnan(truncate_above)),
               f"ModelEnv truncate_above is {truncate_above!r}, expected None or a number.")
         _need((start_obs is None) != (start_sampler is None),
@@ -144,7 +146,8 @@ class ModelEnv:
             _need(start_obs.shape[0] >= 1, f"ModelEnv start_obs is empty (shape {tuple(start_obs.shape)}), expected "
                   "at least one start state.")
             start_obs = start_obs.to(device=self.device, dtype=torch.float32)  # [M,O]
-            _need(bool(torch.isfinite(start_obs).all()), "ModelEnv start_obs holds NaN or inf values, expected finite states.")
+            _need(bool(torch.isfinite(start_obs).all()),
+                  "ModelEnv start_obs holds NaN or inf values, expected finite states.")
         self.start_obs, self.start_sampler = start_obs, start_sampler
         self.num_envs, self.obs_dim, self.act_dim = num_envs, O, A
         self.termination_fn, self.member_mode, self.horizon = termination_fn, member_mode, horizon
@@ -164,7 +167,8 @@ class ModelEnv:
             return self.start_obs[idx]  # [n,O]
         start = self.start_sampler(n, self.generator)
         _need(isinstance(start, torch.Tensor) and tuple(start.shape) == (n, self.obs_dim),
-              f"ModelEnv start_sampler returned shape {tuple(getattr(start, 'shape', ()))}, expected ({n}, {self.obs_dim}).")
+              f"ModelEnv start_sampler returned shape {tuple(getattr(start, 'shape', ()))}, "
+              f"expected ({n}, {self.obs_dim}).")
         return start.to(device=self.device, dtype=torch.float32)  # [n,O]
 
     def _draw_members(self, n: int) -> torch.Tensor:
@@ -243,7 +247,8 @@ class ModelEnv:
             _need(self.penalty_kind in unc, f"ModelEnv penalty_kind {self.penalty_kind!r} is not among the uncertainty "
                   f"figures the model reports, {sorted(unc)}.")
         if self.truncate_above is not None:
-            _need("epistemic" in unc, "ModelEnv truncate_above needs the model's 'epistemic' uncertainty, which it does "
+            _need("epistemic" in unc, "ModelEnv truncate_above needs the model's 'epistemic' uncertainty, "
+                  "which it does "
                   f"not report (it reports {sorted(unc)}).")
         return pred.next_obs.to(torch.float32), pred.reward.to(torch.float32), unc
 
@@ -268,7 +273,8 @@ class ModelEnv:
               f"ModelEnv state is for {state.get('env_id')!r} with {state.get('num_envs')} envs, expected "
               f"{self.spec.env_id!r} with {self.num_envs}.")
         _need(tuple(state["obs"].shape) == (self.num_envs, self.obs_dim),
-              f"ModelEnv state holds obs of shape {tuple(state['obs'].shape)}, expected ({self.num_envs}, {self.obs_dim}).")
+              f"ModelEnv state holds obs of shape {tuple(state['obs'].shape)}, "
+              f"expected ({self.num_envs}, {self.obs_dim}).")
         self.obs = state["obs"].to(device=self.device, dtype=torch.float32, copy=True)  # [N,O]
         self.members = state["members"].to(device=self.device, dtype=torch.int64, copy=True)  # [N]
         self.elapsed = state["elapsed"].to(device=self.device, dtype=torch.int64, copy=True)  # [N]
@@ -320,7 +326,8 @@ def imagine(env: BatchedEnv, act_fn: Callable[[Obs], torch.Tensor], steps: int, 
     _need(isinstance(steps, int) and steps >= 1, f"imagine steps is {steps!r}, expected an integer >= 1.")
     if reset:
         obs = env.reset()
-    _need(obs is not None, "imagine with reset=False needs obs, the observation the envs are in (the last StepOut.obs).")
+    _need(obs is not None,
+          "imagine with reset=False needs obs, the observation the envs are in (the last StepOut.obs).")
     n, device = env.num_envs, env.device
     alive = torch.ones(n, dtype=torch.bool, device=device)  # [N]
     n_alive, added, taken = n, 0, 0

@@ -43,7 +43,7 @@ options and ``max_episode_steps`` are not. Shape letters: O obs dim, A action di
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -1,6 +1,6 @@
-"""The history-based model loop (learn/tape_rollouts.py) end to end on a small random Hopper-v5 dataset in the D4RL layout:
-`ctrl-rl train neubay` with a fitted dynamics run, `ctrl-rl eval` of its checkpoint, resume equals an uninterrupted
-run, and bad flag values."""
+"""The history-based model loop (learn/tape_rollouts.py) end to end on a small random Hopper-v5 dataset in the D4RL
+layout: `ctrl-rl train neubay` with a fitted dynamics run, `ctrl-rl eval` of its checkpoint, resume equals an
+uninterrupted run, and bad flag values."""
 
 import json
 
@@ -10,8 +10,8 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.cli import main
-from ctrl_rl.learn.config import RecurrentModelBasedLoopConfig, RunConfig
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import RecurrentModelBasedLoopConfig, RunConfig
 from ctrl_rl.learn.tape_rollouts import train_neubay
 
 AGENT = dict(d_model=16, lru_hidden=8, head_hidden=(16, 16), num_critics=3)

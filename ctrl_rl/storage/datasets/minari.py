@@ -128,7 +128,8 @@ def load_minari(dataset_id: str, root: str | Path | None = None, obs_dim: int | 
     check_dims(source, arrays["observations"], arrays["actions"], obs_dim, None if discrete else action_dim,
                discrete=discrete)
     if discrete and action_dim is not None and int(dataset.action_space.n) != action_dim:
-        raise UserInputError(f"{source} has {dataset.action_space.n} discrete actions: expected {action_dim} for this env")
+        raise UserInputError(f"{source} has {dataset.action_space.n} discrete actions: "
+                             f"expected {action_dim} for this env")
     check_finite(source, arrays)
     t = torch.from_numpy
     action = t(arrays["actions"].astype(np.int64)) if discrete else t(arrays["actions"].astype(np.float32))
@@ -136,7 +137,8 @@ def load_minari(dataset_id: str, root: str | Path | None = None, obs_dim: int | 
     env_spec = dataset.env_spec
     metadata.update(source=source, format="minari", view="episodes", env_id=env_spec.id if env_spec else None)
     if raw_meta.get("ref_min_score") is not None and raw_meta.get("ref_max_score") is not None:
-        metadata["ref_scores"] = {"random": float(raw_meta["ref_min_score"]), "expert": float(raw_meta["ref_max_score"]),
+        metadata["ref_scores"] = {"random": float(raw_meta["ref_min_score"]),
+                                  "expert": float(raw_meta["ref_max_score"]),
                                   "source": f"Minari metadata of {dataset_id}"}
     n = sum(lengths)
     return OfflineDataset(

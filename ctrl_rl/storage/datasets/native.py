@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +70,8 @@ def _numpy(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-def write_dataset(path: str | Path, arrays: Mapping[str, Any], meta: DatasetMeta, compression: str | None = "gzip") -> Path:
+def write_dataset(path: str | Path, arrays: Mapping[str, Any], meta: DatasetMeta,
+                  compression: str | None = "gzip") -> Path:
     """Write ``arrays`` in the D4RL layout plus ``meta``; returns the path. The write is atomic.
 
     ``arrays`` uses D4RL key names: ``observations [N,O]``, ``actions [N,A]``, ``rewards [N]``,

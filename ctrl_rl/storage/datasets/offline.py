@@ -13,8 +13,9 @@ device-resident ``ReplayBuffer``. Loading runs once per run, so NumPy is used fr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +50,8 @@ class OfflineDataset:
         S = obs_batch_size(self.obs)
         if isinstance(self.obs, dict):
             assert isinstance(self.next_obs, dict) and sorted(self.next_obs) == sorted(self.obs), \
-                f"next_obs has parts {list(self.next_obs) if isinstance(self.next_obs, dict) else 'none'}, obs {list(self.obs)}"
+                f"next_obs has parts {list(self.next_obs) if isinstance(self.next_obs, dict) else 'none'}, " \
+                f"obs {list(self.obs)}"
             for k, v in (*self.obs.items(), *self.next_obs.items()):
                 assert v.shape[0] == S, f"observation part {k!r} has {v.shape[0]} rows, obs {S}"
         else:
@@ -105,10 +107,12 @@ def to_replay(dataset: OfflineDataset, device: torch.device | str = "cpu", capac
     keep = dataset.next_obs_valid.nonzero().squeeze(1)  # [S']
     n = keep.numel()
     if n == 0:
-        raise UserInputError(f"dataset {dataset.metadata.get('source', '?')} has no usable transitions: expected at least one row")
+        raise UserInputError(f"dataset {dataset.metadata.get('source', '?')} has no usable transitions: "
+                             "expected at least one row")
     capacity = n if capacity is None else capacity
     if capacity < n:
-        raise UserInputError(f"replay capacity {capacity} is smaller than the dataset's {n} transitions: expected at least {n}")
+        raise UserInputError(f"replay capacity {capacity} is smaller than the dataset's {n} transitions: "
+                             f"expected at least {n}")
     discrete = dataset.action.ndim == 1
     parts = dataset.obs_parts
     obs_parts = () if is_flat(parts) else parts  # flat data: the buffer exactly as before parts existed

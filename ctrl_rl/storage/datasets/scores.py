@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Union
+from typing import Any
 
 from ctrl_rl.errors import UserInputError
 
@@ -59,7 +60,7 @@ class ReferenceTable:
 
 D4RL_TABLE = ReferenceTable(D4RL_SOURCE, D4RL_REFERENCES)
 
-Refs = Union[str, Path, ReferenceTable]
+Refs = str | Path | ReferenceTable
 
 
 def task_key(env: str) -> str:
