@@ -6,7 +6,8 @@
     ctrl-rl export RUN_DIR_OR_CHECKPOINT [--format onnx pt2] [--out DIR]
     ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--log FILE]
     ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
-    ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5 --level random|medium|expert|medium-expert|medium-replay|all
+    ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5
+                          --level random|medium|expert|medium-expert|medium-replay|all
     ctrl-rl data generate --env manip:Lift --level scripted --format lerobot [--episodes N] [--noise X] [--out DIR]
                           [--steps N] [--seed K] [--num-envs N] [--workers W] [--out PATH] [--force] [--from-run DIR]
     ctrl-rl plot RUN_DIR [--out PNG]
@@ -30,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Generic, Literal, TypeVar
 
-import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first window covers the imports)
 import tyro
 
-from ctrl_rl.learn.config import RunConfig
+import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first window covers the imports)
 from ctrl_rl.errors import UserInputError, did_you_mean
+from ctrl_rl.learn.config import RunConfig
 
 USAGE = __doc__.split("\n\n")[1]
 C = TypeVar("C")
@@ -209,7 +210,8 @@ def cmd_train(args: list[str]) -> int:
 
         run_dir = Path(resume_dir)
         pre = run_dir / "pretrain" / "checkpoints" / "latest.pt"
-        if (run_dir / "config.json").is_file() and not (run_dir / "checkpoints" / "latest.pt").is_file() and pre.is_file():
+        if ((run_dir / "config.json").is_file() and not (run_dir / "checkpoints" / "latest.pt").is_file()
+                and pre.is_file()):
             ck_path = pre  # stopped inside the offline pre-training phase
         else:
             ck_path = check_resume_dir(run_dir)
@@ -260,7 +262,8 @@ def cmd_train(args: list[str]) -> int:
     if run.dataset is not None and "env" not in _given(rest) and "env" not in run_defaults:
         run = dataclasses.replace(run, env=_env_of_dataset(run.dataset))
     if run.scale_envs > 1 and entry.scale_envs is None:
-        raise UserInputError(f"--scale-envs applies to algorithms with a co-scaling rule (ppo): expected no --scale-envs for {algo!r}")
+        raise UserInputError("--scale-envs applies to algorithms with a co-scaling rule (ppo): "
+                             f"expected no --scale-envs for {algo!r}")
     if run.scale_envs > 1:
         n, cfg = entry.scale_envs(run.num_envs, cfg, run.scale_envs)
         run = dataclasses.replace(run, num_envs=n, scale_envs=1)
@@ -451,7 +454,8 @@ class DataGenerateOptions:
     randomize: bool = False
     """Scripted data: the task's domain randomisation."""
     mis_grasp: float = 0.0
-    """Scripted data: fraction of episodes whose expert never closes the gripper (systematic failures, kept and marked)."""
+    """Scripted data: fraction of episodes whose expert never closes the gripper (systematic failures, kept and
+    marked)."""
 
 
 DATA_USAGE = ("usage: ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]\n"
@@ -462,7 +466,8 @@ DATA_USAGE = ("usage: ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local
 
 
 def cmd_data(args: list[str]) -> int:
-    if not args or args[0] in ("-h", "--help") or (args[0] == "info" and (len(args) < 2 or args[1] in ("-h", "--help"))):
+    if (not args or args[0] in ("-h", "--help")
+            or (args[0] == "info" and (len(args) < 2 or args[1] in ("-h", "--help")))):
         print(DATA_USAGE)
         return 0 if args else 2
     if args[0] == "generate":
@@ -492,9 +497,9 @@ def cmd_data_generate(args: list[str]) -> int:
         from ctrl_rl.datagen.scripted import ScriptedOptions, generate_scripted
 
         if opts.level != "scripted" or opts.format != "lerobot" or not opts.env.startswith("manip:"):
-            raise UserInputError(f"--env {opts.env} --level {opts.level} --format {opts.format}: scripted demonstrations "
-                                 "are recorded for the manipulation tasks in the LeRobot layout, expected --env "
-                                 "manip:TASK --level scripted --format lerobot")
+            raise UserInputError(f"--env {opts.env} --level {opts.level} --format {opts.format}: scripted "
+                                 "demonstrations are recorded for the manipulation tasks in the LeRobot layout, "
+                                 "expected --env manip:TASK --level scripted --format lerobot")
         n = opts.num_envs if any(a.startswith("--num-envs") or a.startswith("--num_envs") for a in args) else 4
         summary = generate_scripted(ScriptedOptions(opts.env, opts.episodes, opts.noise, opts.cameras, opts.image_size,
                                                     opts.seed, n, opts.randomize, opts.out, opts.force,
@@ -589,7 +594,8 @@ def cmd_plot(args: list[str]) -> int:
         elif tok == "--out":
             raise UserInputError("--out needs a value: expected `ctrl-rl plot RUN_DIR --out FILE.png`")
         else:
-            raise UserInputError(f"unexpected argument {tok!r} for `ctrl-rl plot`: expected `ctrl-rl plot RUN_DIR [--out FILE.png]`")
+            raise UserInputError(f"unexpected argument {tok!r} for `ctrl-rl plot`: "
+                                 "expected `ctrl-rl plot RUN_DIR [--out FILE.png]`")
         if out is not None:
             raise UserInputError("--out is given twice: expected one output file for `ctrl-rl plot`")
         if not value:

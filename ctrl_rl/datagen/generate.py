@@ -48,19 +48,20 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import gymnasium
 import numpy as np
 import torch
 
-from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.datagen import behaviour as B
 from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.learn.offpolicy import train_offpolicy
 from ctrl_rl.learn.progress import progress_bar
 from ctrl_rl.storage.datasets.cache import DATA_DIR_ENV, LEVELS, check_writable, data_dir, dataset_name
@@ -301,7 +302,8 @@ def collect(env_id: str, policy: torch.nn.Module | None, n_transitions: int, see
                 "infos/qpos": envs.nq, "infos/qvel": envs.nv}
         out = {k: np.zeros((S, d) if d else S, np.float32) for k, d in dims.items()}  # [S,...]
         out["terminals"], out["timeouts"] = np.zeros(S, bool), np.zeros(S, bool)  # [S]
-        ep = {k: np.zeros((N, H, d) if d else (N, H), np.float32) for k, d in dims.items()}  # [N,H,...] running episodes
+        # [N,H,...] running episodes
+        ep = {k: np.zeros((N, H, d) if d else (N, H), np.float32) for k, d in dims.items()}
         rows = np.arange(N)
         t = np.zeros(N, np.int64)  # [N] steps into each running episode
         filled = 0
@@ -378,7 +380,8 @@ def stitch(first: Mapping[str, np.ndarray], second: Mapping[str, np.ndarray]) ->
     return {k: np.concatenate([np.asarray(first[k])[:cut], np.asarray(second[k])]) for k in keys}
 
 
-def replay_rows(replay: Mapping[str, Any], steps: int, num_envs: int = 1, source: str = "replay") -> dict[str, np.ndarray]:
+def replay_rows(replay: Mapping[str, Any], steps: int, num_envs: int = 1,
+                source: str = "replay") -> dict[str, np.ndarray]:
     """The first ``steps`` transitions of a saved ``ReplayBuffer.state_dict()`` as D4RL-layout rows.
 
     One env: rows in insertion order (episodes are contiguous; a last unfinished episode stays, unflagged).
@@ -401,7 +404,8 @@ def replay_rows(replay: Mapping[str, Any], steps: int, num_envs: int = 1, source
         done = np.flatnonzero(rows["terminals"][j:T * num_envs:num_envs] | rows["timeouts"][j:T * num_envs:num_envs])
         starts = np.concatenate([[0], done[:-1] + 1])
         ends += [(int(d), j, int(s)) for d, s in zip(done, starts)]
-    order = np.concatenate([np.arange(s, d + 1) * num_envs + j for d, j, s in sorted(ends)]) if ends else np.zeros(0, int)
+    order = (np.concatenate([np.arange(s, d + 1) * num_envs + j for d, j, s in sorted(ends)]) if ends
+             else np.zeros(0, int))
     return {k: v[order] for k, v in rows.items()}
 
 
@@ -492,7 +496,8 @@ def plan(env_id: str, level: str, steps: int = 1_000_000, seed: int = 0, num_env
         if value < 1:
             raise UserInputError(f"invalid {flag} {value}: expected a positive integer")
     if from_run is not None and "medium-replay" not in levels:
-        raise UserInputError(f"--from-run applies to --level medium-replay (or all): expected no --from-run for {level}")
+        raise UserInputError("--from-run applies to --level medium-replay (or all): "
+                             f"expected no --from-run for {level}")
     out_dir, out_file = data_dir(), None
     if out is not None:
         p = Path(out).expanduser()
@@ -651,9 +656,10 @@ def _summary(job: Job, seconds: float, reused: bool) -> dict:
     returns = complete_returns(rows)
     mean = float(returns.mean()) if returns.size else float("nan")
     score, source = normalized_score_from(meta.ref_scores, mean)
-    return {"dataset": dataset_name(job.task, job.level), "path": str(job.path), "transitions": int(len(rows["rewards"])),
-            "episodes": int(returns.size), "return_mean": round(mean, 3), "normalized_score": round(float(score), 2),
-            "score_reference": source, "seconds": round(seconds, 1), "reused": reused}
+    return {"dataset": dataset_name(job.task, job.level), "path": str(job.path),
+            "transitions": int(len(rows["rewards"])), "episodes": int(returns.size), "return_mean": round(mean, 3),
+            "normalized_score": round(float(score), 2), "score_reference": source, "seconds": round(seconds, 1),
+            "reused": reused}
 
 
 def run_jobs(jobs: list[Job], progress: bool = True, workers: int | None = None) -> Iterator[dict]:

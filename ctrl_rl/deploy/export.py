@@ -31,9 +31,10 @@ import logging
 import shutil
 import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 from torch import nn
@@ -258,7 +259,8 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
         "outputs": outputs,
         "action": ({"kind": "discrete", "n": spec.action_dim, "dtype": "int64", "shape": ["batch"]} if spec.discrete
                    else {"kind": "continuous", "shape": ["batch", *([chunk] if chunk else []), spec.action_dim],
-                         "dtype": "float32", **({"chunk": chunk, "execute_steps": policy.execute_steps} if chunk else {}),
+                         "dtype": "float32",
+                         **({"chunk": chunk, "execute_steps": policy.execute_steps} if chunk else {}),
                          "low": list(env_spec.action_low), "high": list(env_spec.action_high),
                          "units": units, "space": space}),
         "recurrent": ({"prev_action": ["batch", spec.action_dim], "prev_reward": ["batch"],
@@ -325,7 +327,8 @@ def read_export(directory: str | Path) -> dict:
     try:
         meta = json.loads(f.read_text())
     except (OSError, ValueError) as e:
-        raise UserInputError(f"{str(f)!r} is not valid JSON ({e}): expected the sidecar `ctrl-rl export` writes") from None
+        raise UserInputError(f"{str(f)!r} is not valid JSON ({e}): "
+                             "expected the sidecar `ctrl-rl export` writes") from None
     if not isinstance(meta, dict) or meta.get("format") != "ctrl_rl.export":
         raise UserInputError(f"{str(f)!r} is not a ctrl_rl export sidecar: expected \"format\": \"ctrl_rl.export\"")
     if meta.get("format_version") != FORMAT_VERSION:

@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -213,8 +214,8 @@ def check_compatible(meta: dict, spec, robot: RobotSpec | None, where: str) -> N
                              f"[{list(spec.action_low)}, {list(spec.action_high)}]: expected the same action space")
     exported_robot = (meta.get("robot") or {}).get("name")
     if exported_robot and robot is not None and exported_robot != robot.name:
-        raise UserInputError(f"the export was trained for robot {exported_robot!r} and {where} is robot {robot.name!r}: "
-                             "expected the same robot")
+        raise UserInputError(f"the export was trained for robot {exported_robot!r} and {where} is robot "
+                             f"{robot.name!r}: expected the same robot")
 
 
 # ------------------------------------------------------------------------------------------------ the loop
@@ -229,7 +230,8 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.rate) and self.rate >= 0):
-            raise UserInputError(f"invalid --rate {self.rate!r}: expected a control rate in Hz >= 0 (0: as fast as possible)")
+            raise UserInputError(f"invalid --rate {self.rate!r}: "
+                                 "expected a control rate in Hz >= 0 (0: as fast as possible)")
         if not (np.isfinite(self.max_obs_age) and self.max_obs_age > 0):
             raise UserInputError(f"invalid --max-obs-age {self.max_obs_age!r}: expected a positive number of seconds")
         if self.max_misses < 1:
@@ -240,8 +242,9 @@ class ControlLoop:
     """See the module docstring."""
 
     def __init__(self, policy: Callable[[dict], list], meta: dict, robot: RobotInterface, safety: SafetyFilter | None,
-                 config: LoopConfig = LoopConfig(), log: Path | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, prompter: Prompter | None = None):
+                 config: LoopConfig = LoopConfig(), log: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 prompter: Prompter | None = None):
         self.policy, self.meta, self.robot, self.safety, self.config = policy, meta, robot, safety, config
         self.clock, self.sleep = clock, sleep
         self.discrete = meta["action"]["kind"] == "discrete"
@@ -362,7 +365,8 @@ class ControlLoop:
 
         out = {"ticks": self.ticks, "latency_ms": {"inference_p50": pct(self.infer_ms, 50),
                                                    "inference_p99": pct(self.infer_ms, 99),
-                                                   "tick_p50": pct(self.tick_ms, 50), "tick_p99": pct(self.tick_ms, 99)},
+                                                   "tick_p50": pct(self.tick_ms, 50),
+                                                   "tick_p99": pct(self.tick_ms, 99)},
                "deadline_misses": self.misses, "safe_stop": self.stop_reason}
         if self.safety is not None:
             out["safety"] = self.safety.stats()

@@ -67,7 +67,8 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
         if not cond:
             raise AssertionError(f"check_env {name}: {msg}")
 
-    need(isinstance(env, BatchedEnv), "does not have the BatchedEnv attributes num_envs, spec, device, reset, step, close")
+    need(isinstance(env, BatchedEnv),
+         "does not have the BatchedEnv attributes num_envs, spec, device, reset, step, close")
     _check_spec(env, need)
     n, spec, device = env.num_envs, env.spec, env.device
 
@@ -133,7 +134,8 @@ def check_env(env: BatchedEnv, steps: int = 300, twin: BatchedEnv | None = None,
             )
         if limit is not None:
             need(bool((ep_len <= limit).all()), f"{where}: an episode ran past max_episode_steps={limit}")
-            need(bool(done[ep_len == limit].all()), f"{where}: an episode reached max_episode_steps={limit} without ending")
+            need(bool(done[ep_len == limit].all()),
+                 f"{where}: an episode reached max_episode_steps={limit} without ending")
         ep_len.masked_fill_(done, 0)
         if prev is not None and prev_copy is not None:
             need(
@@ -150,21 +152,25 @@ def _check_spec(env: BatchedEnv, need) -> None:
     need(isinstance(env.device, torch.device), f"device is {type(env.device).__name__}, expected torch.device")
     if spec.is_flat:
         need(
-            isinstance(spec.obs_shape, tuple) and len(spec.obs_shape) >= 1 and all(isinstance(s, int) and s >= 1 for s in spec.obs_shape),
+            isinstance(spec.obs_shape, tuple) and len(spec.obs_shape) >= 1
+            and all(isinstance(s, int) and s >= 1 for s in spec.obs_shape),
             f"spec.obs_shape={spec.obs_shape!r}, expected a tuple of positive ints",
         )
     else:
         _check_parts(spec, need)
-    need(isinstance(spec.action_dim, int) and spec.action_dim >= 1, f"spec.action_dim={spec.action_dim!r}, expected an int >= 1")
+    need(isinstance(spec.action_dim, int) and spec.action_dim >= 1,
+         f"spec.action_dim={spec.action_dim!r}, expected an int >= 1")
     if spec.discrete:
         need(spec.action_low == () and spec.action_high == (), "discrete spec has action bounds, expected empty tuples")
     else:
         need(
             len(spec.action_low) == spec.action_dim and len(spec.action_high) == spec.action_dim,
-            f"action bounds have lengths {len(spec.action_low)}/{len(spec.action_high)}, expected action_dim={spec.action_dim}",
+            f"action bounds have lengths {len(spec.action_low)}/{len(spec.action_high)}, "
+            f"expected action_dim={spec.action_dim}",
         )
         need(
-            all(math.isfinite(lo) and math.isfinite(hi) and lo <= hi for lo, hi in zip(spec.action_low, spec.action_high)),
+            all(math.isfinite(lo) and math.isfinite(hi) and lo <= hi
+                for lo, hi in zip(spec.action_low, spec.action_high)),
             f"action bounds {spec.action_low} .. {spec.action_high} are not finite with low <= high",
         )
     need(math.isfinite(spec.dt) and spec.dt >= 0.0, f"spec.dt={spec.dt!r}, expected a finite number >= 0")
@@ -201,7 +207,8 @@ def _check_parts(spec: EnvSpec, need) -> None:
         elif p.kind == "language":
             need(
                 len(p.shape) == 1 and (p.dtype == torch.int64 or p.dtype.is_floating_point),
-                f"language part {p.name!r} is {p.dtype} {list(p.shape)}, expected int64 token ids [L] or a float embedding [D]",
+                f"language part {p.name!r} is {p.dtype} {list(p.shape)}, "
+                "expected int64 token ids [L] or a float embedding [D]",
             )
         elif p.name == "state":
             need(p.dtype.is_floating_point, f"state part has dtype {p.dtype}, expected a floating-point dtype")
@@ -258,5 +265,6 @@ def _check_action(a: torch.Tensor, spec: EnvSpec, n: int, need) -> None:
     else:
         low = torch.tensor(spec.action_low, dtype=torch.float32, device=a.device)
         high = torch.tensor(spec.action_high, dtype=torch.float32, device=a.device)
-        need(tuple(a.shape) == (n, spec.action_dim) and a.dtype == torch.float32, "random actions are not [N,A] float32")
+        need(tuple(a.shape) == (n, spec.action_dim) and a.dtype == torch.float32,
+             "random actions are not [N,A] float32")
         need(bool(((a >= low) & (a <= high)).all()), "random actions fall outside the spec's bounds")

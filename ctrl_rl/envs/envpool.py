@@ -158,7 +158,9 @@ class EnvpoolEnv:
             # envpool builds float32 Boxes from float64 bounds; gymnasium warns about the cast each time.
             warnings.filterwarnings("ignore", message=".*precision lowered.*")
             env = envpool.make(self._task, env_type="gymnasium", num_envs=self.num_envs, seed=seed, **self._make_kwargs)
-            env.observation_space, env.action_space  # built (and cached) lazily: warns here
+            # The spaces are built (and cached) lazily on first access and warn then: touch them here, inside
+            # the filter, for that side effect.
+            _ = env.observation_space, env.action_space
         return env
 
     # ---- the BatchedEnv protocol ---------------------------------------------------------------
@@ -208,7 +210,8 @@ class EnvpoolEnv:
         order = np.asarray(info["env_id"])
         if not np.array_equal(order, self._ids):  # sync mode returns env-id order; stay correct if not
             inv = np.argsort(order)
-            obs, reward, terminated, truncated, elapsed = (x[inv] for x in (obs, reward, terminated, truncated, elapsed))
+            obs, reward, terminated, truncated, elapsed = (x[inv] for x in
+                                                           (obs, reward, terminated, truncated, elapsed))
         final_obs = obs.copy()  # [N,O] or [N,C,H,W]
         done = terminated | truncated  # [N]
         done_ids = np.flatnonzero(done).astype(np.int32)

@@ -49,7 +49,8 @@ class OnPolicyLoopConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.collect_threads, int) or self.collect_threads < 0:
-            raise UserInputError(f"invalid --collect-threads {self.collect_threads!r}: expected 0 (auto) or a positive integer")
+            raise UserInputError(f"invalid --collect-threads {self.collect_threads!r}: "
+                                 "expected 0 (auto) or a positive integer")
 
 
 @dataclass(frozen=True)
@@ -87,18 +88,22 @@ class OffPolicyLoopConfig:
         for name in ("batch_size", "buffer_size"):
             _positive_int(name, getattr(self, name))
         if not isinstance(self.learning_starts, int) or self.learning_starts < 0:
-            raise UserInputError(f"invalid --learning-starts {self.learning_starts!r}: expected a non-negative number of env steps")
+            raise UserInputError(f"invalid --learning-starts {self.learning_starts!r}: "
+                                 "expected a non-negative number of env steps")
         if not isinstance(self.utd_ratio, (int, float)) or not math.isfinite(self.utd_ratio) or self.utd_ratio <= 0:
-            raise UserInputError(f"invalid --utd-ratio {self.utd_ratio!r}: expected a positive number of updates per env step")
+            raise UserInputError(f"invalid --utd-ratio {self.utd_ratio!r}: "
+                                 "expected a positive number of updates per env step")
         _finite_fraction("offline_ratio", self.offline_ratio)
         if self.warmup_actions not in ("random", "policy"):
             raise UserInputError(f"invalid --warmup-actions {self.warmup_actions!r}: expected 'random' or 'policy'")
         if not isinstance(self.offline_steps, int) or self.offline_steps < 0:
-            raise UserInputError(f"invalid --offline-steps {self.offline_steps!r}: expected a non-negative number of gradient steps")
+            raise UserInputError(f"invalid --offline-steps {self.offline_steps!r}: "
+                                 "expected a non-negative number of gradient steps")
         if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
             raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
         if not isinstance(self.keep_every, int) or self.keep_every < 0:
-            raise UserInputError(f"invalid --keep-every {self.keep_every!r}: expected 0 (off) or a positive number of iterations")
+            raise UserInputError(f"invalid --keep-every {self.keep_every!r}: "
+                                 "expected 0 (off) or a positive number of iterations")
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,8 @@ class RecurrentModelBasedLoopConfig:
         if self.horizon is not None:
             _positive_int("horizon", self.horizon)
         if not isinstance(self.utd, (int, float)) or not math.isfinite(self.utd) or self.utd <= 0:
-            raise UserInputError(f"invalid --utd {self.utd!r}: expected a positive number of gradient steps per transition")
+            raise UserInputError(f"invalid --utd {self.utd!r}: "
+                                 "expected a positive number of gradient steps per transition")
         _finite_fraction("uncertainty_quantile", self.uncertainty_quantile)
         if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
             raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
@@ -219,7 +225,8 @@ class ActorLearnerLoopConfig:
         for flag in ("actors", "unroll", "segments_per_update", "broadcast_every", "max_policy_lag"):
             _positive_int(flag.replace("_", "-"), getattr(self, flag))
         if not (isinstance(self.actor_timeout, (int, float)) and self.actor_timeout > 0):
-            raise UserInputError(f"invalid --actor-timeout {self.actor_timeout!r}: expected a positive number of seconds")
+            raise UserInputError(f"invalid --actor-timeout {self.actor_timeout!r}: "
+                                 "expected a positive number of seconds")
 
 
 @dataclass(frozen=True)
@@ -362,7 +369,8 @@ def _read_preset(path: Path) -> Preset:
                              '{"algo": ..., "run": {...}, "loop": {...}, "config": {...}}')
     unknown = set(raw) - {"algo", "run", "loop", "config", "description"}
     if unknown:
-        raise UserInputError(f"preset file {str(path)!r} has unknown keys {sorted(unknown)}: expected algo, run, loop, config, description")
+        raise UserInputError(f"preset file {str(path)!r} has unknown keys {sorted(unknown)}: "
+                             "expected algo, run, loop, config, description")
     parts = {k: raw.get(k, {}) for k in ("run", "loop", "config")}
     bad = [k for k, v in parts.items() if not isinstance(v, dict)]
     if bad:
@@ -375,7 +383,8 @@ def load_preset(name_or_path: str) -> Preset:
     p = Path(name_or_path)
     if p.suffix == ".json" or p.exists():
         if not p.is_file():
-            raise UserInputError(f"preset file {name_or_path!r} does not exist: expected a JSON preset file or a name from `ctrl-rl list presets`")
+            raise UserInputError(f"preset file {name_or_path!r} does not exist: "
+                                 "expected a JSON preset file or a name from `ctrl-rl list presets`")
         return _read_preset(p)
     presets = list_presets()
     if name_or_path not in presets:
@@ -493,13 +502,15 @@ def parse_saved(raw: dict, what: str) -> tuple[Any, RunConfig, Any]:
             loop["clip_actions"] = cfg["action_clip"]  # the WSRL-family configs clipped stored actions
         run = {k: v for k, v in run.items() if k not in _LEGACY_RUN_LOOP_KEYS}
         cfg = {k: v for k, v in cfg.items() if k in cfg_fields}
-    return entry, build_run(entry, run, loop, f"{what} run"), from_dict(entry.config, cfg, f"{what} {entry.name} config")
+    return (entry, build_run(entry, run, loop, f"{what} run"),
+            from_dict(entry.config, cfg, f"{what} {entry.name} config"))
 
 
 def load_config(path: Path) -> tuple[str, RunConfig, Any]:
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise UserInputError(f"run config {str(path)!r} could not be read ({e}): expected the config.json a training run writes") from None
+        raise UserInputError(f"run config {str(path)!r} could not be read ({e}): "
+                             "expected the config.json a training run writes") from None
     entry, run, cfg = parse_saved(raw, f"run config {str(path)!r}")
     return entry.name, run, cfg

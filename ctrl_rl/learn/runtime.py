@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-from ctrl_rl.learn.config import RunConfig, save_config, to_dict
 from ctrl_rl.core.obs import obs_nbytes
 from ctrl_rl.core.perf import ThreadGovernor, default_threads, tune_allocator
 from ctrl_rl.core.provenance import code_version
@@ -37,6 +36,7 @@ from ctrl_rl.envs.registry import make_env, spec_of
 from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
+from ctrl_rl.learn.config import RunConfig, save_config, to_dict
 from ctrl_rl.learn.logging import RunLogger
 from ctrl_rl.learn.progress import progress_bar
 
@@ -59,7 +59,8 @@ def setup_device(device_name: str, threads: int) -> torch.device:
     """Check the device, set torch's intra-op threads (0 keeps torch's default) and tune the CPU allocator."""
     device = torch.device(device_name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserInputError("--device cuda was requested but torch reports no CUDA device: expected --device cpu on this machine")
+        raise UserInputError("--device cuda was requested but torch reports no CUDA device: "
+                             "expected --device cpu on this machine")
     if threads > 0:
         torch.set_num_threads(threads)
     if device.type == "cpu":
@@ -85,8 +86,8 @@ def check_memory(nbytes: int, what: str, flags: str, device: torch.device) -> No
     """Refuse, in one sentence, an allocation that cannot fit before the allocator fails deep inside torch."""
     free = available_memory(device)
     if free is not None and nbytes > free:
-        raise UserInputError(f"{what} needs {nbytes / 2**30:,.1f} GiB but only {free / 2**30:,.1f} GiB of {device.type} "
-                             f"memory is available: expected smaller {flags}")
+        raise UserInputError(f"{what} needs {nbytes / 2**30:,.1f} GiB but only {free / 2**30:,.1f} GiB of "
+                             f"{device.type} memory is available: expected smaller {flags}")
 
 
 def probe_spec(run: RunConfig):
@@ -111,8 +112,8 @@ def load_state(obj, state: dict, what: str, path) -> None:
         obj.load_state_dict(state)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise UserInputError(f"checkpoint {str(path)!r} does not fit this run's {what} ({first}): expected a checkpoint "
-                             "written with the same config") from None
+        raise UserInputError(f"checkpoint {str(path)!r} does not fit this run's {what} ({first}): "
+                             "expected a checkpoint written with the same config") from None
 
 
 def build_env(run: RunConfig, num_envs: int, seed: int, gamma: float = 0.99):
@@ -160,7 +161,8 @@ class RunContext:
         self.device = setup_device(run.device, run.threads)
         self.governor: ThreadGovernor | None = None
         if run.threads == 0 and self.device.type == "cpu":
-            most = min(default_threads("cpu", "small-batches" if single_thread else "large-batches"), self.threads_on_entry)
+            most = min(default_threads("cpu", "small-batches" if single_thread else "large-batches"),
+                       self.threads_on_entry)
             if most > 1:
                 self.governor = ThreadGovernor(most)
             else:

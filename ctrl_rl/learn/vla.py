@@ -32,13 +32,13 @@ from pathlib import Path
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.config import VLALoopConfig, RunConfig, ensure_loop
 from ctrl_rl.core.returns import successful_episode_steps
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import RunConfig, VLALoopConfig, ensure_loop
 from ctrl_rl.learn.evaluate import find_checkpoint
 from ctrl_rl.learn.offline import env_spec, run_updates
+from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainResult, build_env, load_state
 from ctrl_rl.vla.data import load_demos
 
@@ -224,9 +224,9 @@ def train_vla(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool =
         demos = load_demos(run.dataset, algo.cameras, algo.image_hw, cfg.chunk, spec.action_dim, action_space,
                            loop.action_key, state_key=loop.state_key)
         if demos.proprio.shape[1] != len(algo.columns):
-            raise UserInputError(f"the dataset's proprioception {loop.state_key!r} has {demos.proprio.shape[1]} dims but "
-                                 f"--proprio-columns {cfg.proprio_columns} picks {len(algo.columns)} columns of the env's "
-                                 "state: expected the same width")
+            raise UserInputError(f"the dataset's proprioception {loop.state_key!r} has {demos.proprio.shape[1]} "
+                                 f"dims but --proprio-columns {cfg.proprio_columns} picks {len(algo.columns)} "
+                                 "columns of the env's state: expected the same width")
         step, last_return = 0, float("nan")
         if ctx.checkpoint is not None:
             load_state(algo, ctx.checkpoint["algo_state"], "networks", ctx.ck_dir / "latest.pt")

@@ -16,8 +16,9 @@ inner dimension, which measured ~2x slower per step on CPU at N = 2^20. Observat
 ``TorchEnv`` owns everything else once: action validation, the per-env step counter and time limit,
 same-step auto-reset (masked ``torch.where``, no host sync, no per-env loop), seeding and
 ``state_dict``; and the spec from the class attributes alone (``static_spec``, which the registry's
-``spec_of`` calls without building the simulator). The brief allows a tiny base here; the three methods above are the only hooks, and
-they are pure functions of their arguments, so a simulator still reads top to bottom in one file.
+``spec_of`` calls without building the simulator). The brief allows a tiny base here; the three methods
+above are the only hooks, and they are pure functions of their arguments, so a simulator still reads top
+to bottom in one file.
 
 Auto-reset draws a fresh start state for *every* env on *every* step and keeps it only where an
 episode ended. That costs one ``torch.rand`` of ``[S,N]`` per step but needs no ``done.any()``
@@ -163,8 +164,8 @@ class TorchEnv(ABC):
             info={},
         )
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # noqa: B027  (a deliberate no-op default: tensors need no closing; not a hook)
+        """Nothing to release (the state is plain tensors); a no-op default that subclasses may extend."""
 
     # ---- checkpointing -----------------------------------------------------------------------
 
@@ -204,7 +205,8 @@ class TorchEnv(ABC):
             )
         if self.discrete:
             if action.is_floating_point() or action.is_complex():
-                raise ValueError(f"{self.spec.env_id} has discrete actions; expected an integer tensor, got {action.dtype}.")
+                raise ValueError(f"{self.spec.env_id} has discrete actions; "
+                                 f"expected an integer tensor, got {action.dtype}.")
             return action
         return action.to(self.dtype)
 
