@@ -41,8 +41,9 @@ registered entry.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ctrl_rl.core.protocols import Algorithm, Info
 from ctrl_rl.errors import UserInputError, did_you_mean

@@ -60,7 +60,7 @@ class ManipConfig:
         return bool(self.cameras) or self.language
 
     @classmethod
-    def from_options(cls, task: str, **options: Any) -> "ManipConfig":
+    def from_options(cls, task: str, **options: Any) -> ManipConfig:
         if task not in TASK_INFO:
             ids = ["manip:" + t for t in TASKS]
             raise UserInputError(f"unknown manipulation task {task!r}: expected one of {', '.join(ids)}"

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import importlib.resources
 import math
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -234,7 +234,7 @@ def scene_xml(task: str) -> str:
 </mujoco>"""
 
 
-@lru_cache(maxsize=None)
+@cache
 def build_model(task: str, robot: RobotSpec):
     """The compiled ``mujoco.MjModel`` of ``task``'s scene with ``robot``'s limits, cached per (task, robot): shared,
     so copy it before changing it (domain randomisation does)."""
