@@ -2,7 +2,7 @@
 
 Papers: Kumar et al. 2020 ("Conservative Q-Learning for Offline RL"); Nakamoto et al. 2023 ("Cal-QL");
 Zhou et al. 2025 (WSRL), whose code (zhouzypaul/wsrl @ 891ee35, ``wsrl/agents/cql.py``,
-``experiments/configs/{cql,sac,train,ensemble}_config.py``) this follows. ALGORITHMS.md §1.2-1.3.
+``experiments/configs/{cql,sac,train,ensemble}_config.py``) this follows. docs/algorithms/cql.md.
 
 Per batch (s, a, r, s', terminated), a clipped to +-action_clip, M = target_subset critics drawn once:
 
@@ -22,7 +22,8 @@ Per batch (s, a, r, s', terminated), a clipped to +-action_clip, M = target_subs
 
 Why composition: CQL *has* a SAC (``self.sac``) that owns actor, critic ensemble, targets, temperature and their
 optimizers; CQL adds only its critic step and the Lagrange multiplier. ``state_dict()`` is SAC's plus two keys,
-so a CQL checkpoint loads into ``SAC`` unchanged (WSRL's point, §1.2) without a subclass overriding SAC's steps.
+so a CQL checkpoint loads into ``SAC`` unchanged (WSRL's point, docs/algorithms/wsrl.md) without a subclass overriding
+SAC's steps.
 ``actor``, ``critic``, ``critic_target``, ``log_alpha`` and ``gen`` are the SAC's own objects.
 
 Cal-QL batches carry the Monte-Carlo return-to-go: ``MCTransition`` (a Transition with ``mc_return [B]``), with
@@ -67,7 +68,7 @@ from ctrl_rl.storage.datasets.offline import OfflineDataset
 @dataclass(frozen=True)
 class CQLConfig(SACConfig):
     """CQL/Cal-QL hyperparameters: SAC's fields plus CQL's. ``ctrl-rl train cql|calql`` starts from WSRL's
-    locomotion pre-training (``locomotion_cql`` with ``--use_redq``, ALGORITHMS.md §1.3): SAC's fields from
+    locomotion pre-training (``locomotion_cql`` with ``--use_redq``, docs/algorithms/cql.md#defaults): SAC's fields from
     ``WSRL_SAC`` (10 critics, subset 2, LayerNorm, ...), set by the registry entries below
     (``registry.get("cql").default_config()``); the class defaults of the CQL fields are WSRL's."""
 

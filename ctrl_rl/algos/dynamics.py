@@ -3,7 +3,8 @@
 model-based agents (mbpo, mopo, ravl) take with ``--model RUN``. The model and its fit live in
 ``ctrl_rl.world_models.ensemble``; the loop in ``ctrl_rl.learn.model_based``. Defaults are RAVL's (7 members of
 4x200 SiLU, 5 elites, per-layer weight decay, 20% holdout, early stopping after 5 epochs without a 1% gain);
-NeuBay's model (ALGORITHMS.md §5.2) is the ``neubay`` entry's ``model_defaults``: 128 members, 100 elites,
+NeuBay's model (docs/algorithms/dynamics.md#neubays-model) is the ``neubay`` entry's ``model_defaults``: 128 members,
+100 elites,
 LayerNorm blocks with LeakyReLU, log sigma soft-clamped (``--logvar-bounds fixed``).
 """
 

@@ -3,7 +3,8 @@ states, mixed with real transitions (MBPO's data flow, run offline as in MOPO an
 
 ``mbpo`` is the plain baseline: no penalty and no value pessimism beyond SAC's clipped double Q. It is the
 method of the RAVL paper's edge-of-reach experiment whose Q-values blow up even with the true dynamics
-(ALGORITHMS.md §4.1). MOPO (``algos/mopo.py``) subtracts an uncertainty penalty from the imagined rewards;
+(docs/algorithms/mbpo.md#the-edge-of-reach-problem). MOPO (``algos/mopo.py``) subtracts an uncertainty penalty from the
+imagined rewards;
 RAVL (``algos/ravl.py``) uses an EDAC critic ensemble instead. The loop (``learn/model_based.py``) reads the
 fields of ``MBPOConfig`` below: every ``rollout_every`` gradient steps it rolls the current actor out for
 ``rollout_length`` steps in the model from ``rollout_starts`` dataset states into the model buffer, and every

@@ -1,5 +1,5 @@
 """NeuBay (Ni, Derman, Jain, Taboga, Ravanbakhsh, Bacon 2025, "Long-Horizon Model-Based Offline RL Without
-Conservatism", arXiv 2512.04341; ALGORITHMS.md §5; code twni2016/neubay @5604bad, read for the details below).
+Conservatism", arXiv 2512.04341; docs/algorithms/neubay.md; code twni2016/neubay @5604bad, read for the details below).
 
 A history-dependent SAC trained on episode tapes (``storage.tapes``): real history prefixes and their long
 imagined continuations under one posterior sample of the world model each (``world_models.history``). No
@@ -74,7 +74,7 @@ from ctrl_rl.world_models.history import agent_inputs, prefix_inputs
 
 @dataclass(frozen=True)
 class NeuBayConfig:
-    """NeuBay's agent (defaults: the paper's ``configs/d4rl_loco/base.yaml``; ALGORITHMS.md §5.4)."""
+    """NeuBay's agent (defaults: the paper's ``configs/d4rl_loco/base.yaml``; docs/algorithms/neubay.md#defaults)."""
 
     d_model: int = 256
     """Width of the encoders' input block and LRU layers (paper 256)."""
@@ -104,7 +104,8 @@ class NeuBayConfig:
     critic_lr: float = 1e-4
     """Learning rate of the critic heads (paper 1e-4)."""
     encoder_lr: float = 1e-5
-    """Learning rate of both encoders (paper base 1e-5; tuned per dataset from 3e-7 to 3e-5, §5.4 table)."""
+    """Learning rate of both encoders (paper base 1e-5; tuned per dataset from 3e-7 to 3e-5,
+    docs/algorithms/neubay.md)."""
     alpha_lr: float = 1e-4
     lr_schedule: Literal["cosine", "constant"] = "cosine"
     """Cosine decay of actor and critic learning rates over the run (paper), or constant."""
@@ -601,7 +602,8 @@ register(AlgoEntry(
     run_defaults={"num_envs": 1, "total_steps": 2_000_000, "log_every": 1000, "checkpoint_every": 20_000,
                   "eval_every": 20_000, "eval_episodes": 20},
     continuous_only=True, requires_dataset=True,
-    # ALGORITHMS.md §5.2: 128 members of 4 blocks Linear(200) -> LayerNorm -> LeakyReLU (no skip connection in the
+    # docs/algorithms/dynamics.md#neubays-model: 128 members of 4 blocks Linear(200) -> LayerNorm -> LeakyReLU (no skip
+    # connection in the
     # paper's code), log sigma soft-clamped to
     # [-5, 0.25], weight decay 5e-5, each member on its own permutation (no bootstrap), holdout min(20%, 1000),
     # early stop after 5 epochs without a 1% gain, the 100 lowest-holdout members kept

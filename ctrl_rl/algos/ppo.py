@@ -150,7 +150,7 @@ def scale_envs(num_envs: int, config: PPOConfig, k: int) -> tuple[int, PPOConfig
     Rule implemented (keep the inner loop fixed, let the outer batch grow): rollout length T, minibatch
     size, learning rate, epochs and clip range stay unchanged, so each update sees k times more samples
     and takes k times more gradient steps of the same size; this lowers the noise of the outer-loop
-    update without changing its per-step size. See ALGORITHMS.md §6.2 and the note in the README on what
+    update without changing its per-step size. See docs/algorithms/ppo.md#co-scaling-the-number-of-environments on what
     was verified against the paper.
     """
     if k < 1:

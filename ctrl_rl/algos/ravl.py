@@ -1,4 +1,4 @@
-"""RAVL (Sims et al., "The Edge-of-Reach Problem in Offline Model-Based RL", NeurIPS 2024; ALGORITHMS.md §4).
+"""RAVL (Sims et al., "The Edge-of-Reach Problem in Offline Model-Based RL", NeurIPS 2024; docs/algorithms/ravl.md).
 
 Short model rollouts (k = 5) from dataset states and no dynamics penalty; the value pessimism that handles
 the edge-of-reach states comes from an EDAC critic ensemble instead: N = 10 critics, the TD target takes the
@@ -11,7 +11,7 @@ actions,
 Defaults are the code defaults of the paper's repository (anyasims/edge-of-reach): 3x256 actor and critics
 with EDAC's initialisation, lr 3e-4, gamma 0.99, tau 5e-3, real-data ratio 0.05, batch 256, 1000 gradient
 steps between rollout rounds of 50,000 starts. The per-dataset (N, eta, k, r) of the paper's appendix were
-not checked (ALGORITHMS.md marks them unverified), so no per-dataset presets claim them.
+not checked (docs/algorithms/ravl.md#per-dataset-settings), so no per-dataset presets claim them.
 """
 
 from __future__ import annotations

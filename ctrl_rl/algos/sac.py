@@ -1,7 +1,7 @@
 """Soft Actor-Critic with a batched critic ensemble (REDQ-style target subset).
 
 Papers: Haarnoja et al. 2018 ("Soft Actor-Critic", automatic temperature in the 2018 applications paper);
-Chen et al. 2021 (REDQ: N critics, a random subset of M for the target). ALGORITHMS.md §0.1.
+Chen et al. 2021 (REDQ: N critics, a random subset of M for the target). docs/algorithms/sac.md#losses.
 
 Losses for a batch (s, a, r, s', terminated):
 
@@ -422,7 +422,8 @@ class SAC:
         return info
 
     def update_split(self, batches: list[Transition]) -> dict[str, torch.Tensor]:
-        """WSRL/RLPD's high-UTD step (ALGORITHMS.md §1.4): one critic step (and target update) per minibatch in
+        """WSRL/RLPD's high-UTD step (docs/algorithms/wsrl.md#the-batch-update): one critic step (and target update)
+        per minibatch in
         ``batches``, then one actor and one temperature step on all of them together."""
         for b in batches:
             info = self.update_critic(b)

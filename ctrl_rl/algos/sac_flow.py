@@ -1,7 +1,7 @@
 """SAC Flow: SAC with a flow policy trained end to end through its noisy K-step rollout.
 
 Paper: Zhang et al. 2025, "Sample-Efficient RL of Flow-Based Policies via Velocity-Reparameterized Sequential
-Modeling" (arXiv 2509.25756); official JAX code Elessar123/SAC-FLOW. ALGORITHMS.md §2.
+Modeling" (arXiv 2509.25756); official JAX code Elessar123/SAC-FLOW. docs/algorithms/sac_flow.md.
 
 Policy (noise-augmented rollout; dt = 1/K, t_i = i/K, i = 0..K-1):
 
@@ -14,14 +14,15 @@ Policy (noise-augmented rollout; dt = 1/K, t_i = i/K, i = 0..K-1):
 term (critic target, actor loss, temperature loss). Gradients of the actor loss flow through all K steps
 (reparameterised). ``mode`` is the noise-free path from A_0 = 0. Velocity fields (``velocity``):
 
-    gated   (Flow-G, §2.3): x = [BRN(s, A_i), emb(t_i)],  v = sigmoid(Gate(x)) * (Cand(x) - A_i);
+    gated   (Flow-G, docs/algorithms/sac_flow.md): x = [BRN(s, A_i), emb(t_i)],  v = sigmoid(Gate(x)) * (Cand(x) - A_i);
             s_i = sigma(s) from a state-only MLP. Gate's last layer starts at W = 0, b = 5, so every step begins
             as a plain residual move towards the candidate (g = sigmoid(5) = 0.993).
-    decoded (Flow-T, §2.4): the step token Dense(BRN(A_i)) + TimeMLP(t_i) runs through decoder blocks shared
+    decoded (Flow-T, docs/algorithms/sac_flow.md): the step token Dense(BRN(A_i)) + TimeMLP(t_i) runs through decoder
+    blocks shared
             over the steps (self-attention on itself, cross-attention to the obs token, FFN); two heads give the
             velocity mean mu_i and log sigma_i. The noise is on the velocity, A_{i+1} = A_i + dt (mu_i + sigma_i eps_i),
             so s_i = dt sigma_i, and the density includes its Jacobian -log(dt sigma_i).
-    naive   (the unstable baseline, §2.7): v, log sigma = MLP(BRN(s, A_i, t_i)).
+    naive   (the unstable baseline, docs/algorithms/sac_flow.md): v, log sigma = MLP(BRN(s, A_i, t_i)).
 
     log sigma = log_min + (log_max - log_min) (tanh(h) + 1) / 2       (h: raw network output)
 
@@ -30,9 +31,9 @@ attention is exactly out_proj(value_proj(.)): the query/key projections are left
 output), and the cross-attention term, a function of the observation only, is computed once per call.
 
 SAC losses, critics, CrossQ option, targets and export are ctrl_rl.algos.sac's, with the paper's target entropy 0
-and initial temperature 0.2 (§2.5).
+and initial temperature 0.2 (docs/algorithms/sac_flow.md).
 
-Offline-to-online (§2.5), as functions of the agent and a buffer:
+Offline-to-online (docs/algorithms/sac_flow.md), as functions of the agent and a buffer:
 
     flow matching:  L_FM = mean || v(s, x_t, t) - (x_1 - x_0) ||^2,  x_t = (1 - t) x_0 + t x_1,
                     x_0 ~ N(0, I), t ~ U[0, 1], x_1 = atanh(clip(a_data))   (pre-tanh data actions)
@@ -83,7 +84,7 @@ class SACFlowConfig(SACConfig):
     init_alpha: float = 0.2
     """Initial temperature (paper: 0.2)."""
     target_entropy: float | None = 0.0
-    """Target entropy of the path log-likelihood (paper: 0; -|A| behaves differently, §2.7)."""
+    """Target entropy of the path log-likelihood (paper: 0; -|A| behaves differently, docs/algorithms/sac_flow.md)."""
     velocity: FlowVelocity = "gated"
     """Velocity field: "gated" (Flow-G), "decoded" (Flow-T transformer decoder) or "naive" (plain MLP)."""
     flow_steps: int = 4
@@ -372,7 +373,8 @@ class SACFlow(SAC):
         super().__init__(config, spec, device, generator, actor=make_flow_actor(config, spec))
 
 
-# ----- offline-to-online (§2.5): pure losses and single steps on a buffer (ReplayBuffer or MixedSampler) -----
+# ----- offline-to-online (docs/algorithms/sac_flow.md): pure losses and single steps on a buffer (ReplayBuffer or
+# MixedSampler) -----
 
 
 class TransitionSource(Protocol):
@@ -414,7 +416,7 @@ def o2o_actor_loss(algo: SACFlow, batch: Transition, alpha_reg: float = 100.0
     """``alpha_reg * mean (a_pi - a_data)^2 + mean (alpha log pi - mean_i Q_i(s, a_pi))`` -> loss, info, log pi ``[B]``.
 
     The squared error is averaged over batch and action dims (as in the paper's code); the critic ensemble is
-    averaged (§2.5). CrossQ critics are evaluated on running statistics, as in SAC's actor step.
+    averaged (docs/algorithms/sac_flow.md). CrossQ critics are evaluated on running statistics, as in SAC's actor step.
     """
     a, logp = algo.actor.sample(batch.obs, algo.gen)  # [B,A], [B]
     if algo.config.crossq:
@@ -448,7 +450,8 @@ register(AlgoEntry(
     summary="SAC Flow: flow policy (Flow-G gated, Flow-T decoded or naive velocity) trained with SAC",
     run_defaults={"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000}))
 
-# §2.5, the QC-FQL-based recipe without action chunks: ``--offline-steps`` gradient steps on --dataset (a critic
+# docs/algorithms/sac_flow.md, the QC-FQL-based recipe without action chunks: ``--offline-steps`` gradient steps on
+# --dataset (a critic
 # step and a flow-matching actor step each), then online SAC Flow with the offline data kept in half of every
 # batch and the actor loss ``o2o_actor_loss``. 4x512 critics with LayerNorm, 2 critics averaged, no BatchRenorm
 # (plain MLPs), lr 3e-4, batch 256, updates after 5k env steps, stored actions clipped to +-0.99999.

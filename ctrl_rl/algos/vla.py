@@ -9,7 +9,7 @@ frozen; ``lora_rank 0`` fine-tunes every weight instead.
 Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
 
 - ``bc``: ``L = head loss(chunk | images, instruction, proprio)`` on demonstration frames.
-- ``habc`` (Fang, Huang et al. 2026, ALGORITHMS.md 7.1; the implementable form there is UNVERIFIED and is what
+- ``habc`` (Fang, Huang et al. 2026, docs/algorithms/vla.md#habc; the implementable form there is UNVERIFIED and is what
   is built): two critics on the dataset's critic state (``vla.data``), a viability head ``V_via`` (sigmoid,
   cross-entropy to the episode's success label, autonomous frames only) and an efficiency head ``V_eff``
   (regressed on successful episodes to the discounted cost-to-go ``-c (1 - gamma^(k+1)) / (1 - gamma)``, k frames
@@ -22,7 +22,7 @@ Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
 
   Frames a human executed (an ``intervention`` flag) get w = 1 and never train the critics on their episode's
   outcome (intervention-aware credit). The critics train on every batch; w = 1 during ``habc_warmup`` updates.
-- ``rl`` (RLinf-Co, ALGORITHMS.md 7.2): PPO where one action is a whole chunk executed open-loop for
+- ``rl`` (RLinf-Co, docs/algorithms/vla.md#rl): PPO where one action is a whole chunk executed open-loop for
   ``execute_steps`` env steps (reward: the discounted sum inside the chunk; discount gamma^steps between
   chunks), clipped ratio of the head's chunk likelihood (tokens: the bins' categorical; regression: a diagonal
   Gaussian with a learned log-std; flow: the Gaussian transitions of a noisy Euler chain with ``flow_sigma``),
@@ -30,7 +30,8 @@ Methods (shape letters: B batch, H chunk, A action dim, C critic-state dim):
   ``L = L_PPO + sft_coef * L_SFT(demonstration batch)`` (RLinf's example weight 0.2). The value function then
   makes ``value_epochs`` passes over the rollout; for the first ``critic_warmup`` updates only it trains, so a
   policy loaded from BC is not moved by the advantages of an unfitted critic. With ``advantage group``
-  (GRPO-style, as SimpleVLA-RL uses for VLAs; not in ALGORITHMS.md) there is no critic: blocks of ``group_size``
+  (GRPO-style, as SimpleVLA-RL uses for VLAs; docs/algorithms/vla.md#group-relative-advantages) there is no critic:
+  blocks of ``group_size``
   envs replay the same episode, and every chunk of an episode gets its return minus the block's mean return. It
   removes the variance between placements, which a critic on 64x64 pixels or a few state dims fits poorly.
   ``sil_coef > 0`` adds self-imitation (after Oh et al. 2018's SIL, with the episode's success as the filter in

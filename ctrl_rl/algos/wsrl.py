@@ -1,7 +1,8 @@
 """Online fine-tuning: WSRL, the RLPD baseline and fine-tuning with the offline data retained.
 
 Paper: Zhou, Peng, Li, Levine, Kumar 2025, "Efficient Online RL Fine-Tuning Need Not Retain Offline Data"
-(code zhouzypaul/wsrl @ 891ee35, ``wsrl_config`` = ``sac_config`` + overrides; ALGORITHMS.md §1.4).
+(code zhouzypaul/wsrl @ 891ee35, ``wsrl_config`` = ``sac_config`` + overrides;
+docs/algorithms/wsrl.md#the-batch-update).
 
 All three are SAC (``ctrl_rl.algos.sac``) with WSRL's network and optimizer settings (``WSRL_SAC``), trained by
 the off-policy loop with three loop settings (``OffPolicyLoopConfig``):
@@ -33,7 +34,7 @@ from ctrl_rl.algos.sac import SAC, SACConfig, _update_step
 # SAC with the networks and optimizer settings WSRL pre-trains (CQL, Cal-QL) and fine-tunes with: 10 critics
 # with subset 2, LayerNorm in actor and critics (``--use_redq``), the last hidden layer initialised at 1e-2
 # scale (``kernel_scale_final``), actor lr 1e-4, critic lr 3e-4, temperature lr 1e-4 (sac_config), no entropy
-# term in the target (ALGORITHMS.md §1.3-1.4). A checkpoint of one loads into the others.
+# term in the target (docs/algorithms/wsrl.md#defaults). A checkpoint of one loads into the others.
 WSRL_SAC = {"num_critics": 10, "target_subset": 2, "layer_norm": True, "actor_layer_norm": True,
             "final_hidden_scale": 1e-2, "actor_lr": 1e-4, "critic_lr": 3e-4, "alpha_lr": 1e-4, "backup_entropy": False}
 

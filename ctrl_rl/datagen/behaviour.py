@@ -1,7 +1,9 @@
 """Behaviour policies of the D4RL-protocol datasets: one small file per (task, level), and their manifest.
 
-The policies that generate ``medium`` and ``expert`` data are SAC actors (tanh-Gaussian, ALGORITHMS.md §9.2,
-§9.6) taken from snapshots of one seeded SAC training run per task. Each ships with the package as
+The policies that generate ``medium`` and ``expert`` data are SAC actors (tanh-Gaussian,
+docs/tutorials/d4rl-data.md#behaviour-policies,
+docs/tutorials/d4rl-data.md) taken from snapshots of one seeded SAC training run per task. Each ships with the package
+as
 ``ctrl_rl/data/behaviour/<task>-v5-<level>.pt``, a ``torch.save`` dict readable with ``weights_only=True``::
 
     {"format": "ctrl_rl.behaviour", "version": 1, "env_id": "Hopper-v5", "level": "medium",

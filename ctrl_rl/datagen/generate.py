@@ -1,4 +1,4 @@
-"""D4RL-protocol datasets regenerated on Gymnasium MuJoCo v5 (ALGORITHMS.md §9.2, §9.6): ``ctrl-rl data generate``.
+"""D4RL-protocol datasets regenerated on Gymnasium MuJoCo v5 (docs/tutorials/d4rl-data.md): ``ctrl-rl data generate``.
 
 Levels, for Hopper-v5, HalfCheetah-v5 and Walker2d-v5:
 
@@ -14,7 +14,8 @@ Levels, for Hopper-v5, HalfCheetah-v5 and Walker2d-v5:
   thread count (and simulator build: the training env is envpool's when installed). The replay stores neither
   qpos/qvel nor log-probs, so this level has no ``infos/`` keys.
 
-Rows follow the D4RL layout (§9.3): ``observations``, ``next_observations``, ``actions``, ``rewards``,
+Rows follow the D4RL layout (docs/guides/datasets.md#d4rl-hdf5-layout): ``observations``, ``next_observations``,
+``actions``, ``rewards``,
 ``terminals`` (true termination), ``timeouts`` (the 1000-step limit; a termination on the last step counts as
 terminated, ctrl_rl's protocol), ``infos/action_log_probs``, ``infos/qpos``, ``infos/qvel`` (the simulator state
 the observation was computed from, read from ``env.unwrapped.data`` before each step). Episodes are contiguous and

@@ -18,7 +18,8 @@ One control tick (``ControlLoop.tick``):
 Latencies are kept per tick: the policy's inference alone and the whole tick without the wait (p50 / p99 in
 ``stats()``).
 
-``RobotInterface`` is what a real robot driver implements (README: "Deploying on a robot"); ``SimRobot`` is the
+``RobotInterface`` is what a real robot driver implements (docs/guides/export-deploy.md#deploying-on-a-robot);
+``SimRobot`` is the
 simulator implementation over any ctrl_rl env (``make_env`` with one env, actions in the env's own units, i.e.
 without the training wrappers' rescaling: the export's output is already in those units).
 """

@@ -161,7 +161,8 @@ class ModelBasedLoopConfig:
 
 @dataclass(frozen=True)
 class RecurrentModelBasedLoopConfig:
-    """Settings of the history-based model loop (``ctrl_rl.learn.tape_rollouts``; ALGORITHMS.md §5.3): where the model
+    """Settings of the history-based model loop (``ctrl_rl.learn.tape_rollouts``;
+    docs/algorithms/neubay.md#imagined-continuations): where the model
     comes from, how the collector imagines continuations of real histories, and the tape buffer the agent samples
     (``--total-steps`` counts gradient steps). Defaults: NeuBay's ``configs/d4rl_loco/base.yaml``."""
 

@@ -1,4 +1,4 @@
-"""The history-based model loop (regime ``model-based-recurrent``; ALGORITHMS.md §5.3-5.4), a sibling of
+"""The history-based model loop (regime ``model-based-recurrent``; docs/algorithms/neubay.md#the-loop), a sibling of
 ``learn/model_based.py``'s MBPO-style loop.
 
 The model comes from ``--model RUN`` or is fitted first in ``RUN_DIR/dynamics`` (``model_based.fit_first``, with the

@@ -1,4 +1,4 @@
-"""Episode tapes: a FIFO buffer of whole episodes for recurrent agents (NeuBay, ALGORITHMS.md §5.3-5.4).
+"""Episode tapes: a FIFO buffer of whole episodes for recurrent agents (NeuBay, docs/algorithms/neubay.md#the-loop).
 
 Shape letters: C capacity in transitions, R rows added, T rows of a batch, P tapes, O obs dim, A action dim.
 

@@ -1,7 +1,9 @@
 """Batched probabilistic dynamics ensemble: RAVL's (MBPO's) model by default, NeuBay's by configuration.
 
-Papers: Sims et al. 2024 (RAVL, ALGORITHMS.md §4.2, code anyasims/edge-of-reach ``dynamics_training/``);
-Ni et al. 2025 (NeuBay §5.2, code twni2016/neubay ``offline_world/``); the model family of PETS (Chua et al.
+Papers: Sims et al. 2024 (RAVL, docs/algorithms/dynamics.md#defaults, code anyasims/edge-of-reach
+``dynamics_training/``);
+Ni et al. 2025 (NeuBay docs/algorithms/dynamics.md, code twni2016/neubay ``offline_world/``); the model family of PETS
+(Chua et al.
 2018) and MBPO (Janner et al. 2019). Every one of the E members is a Gaussian MLP over the standardised
 targets y = (s' - s, r), and all members run in one batched matmul per layer (``[E,in,out]`` weights):
 

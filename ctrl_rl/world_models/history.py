@@ -1,6 +1,7 @@
 """NeuBay's collector: imagined continuations of real histories under one posterior sample of the model.
 
-Paper: Ni et al. 2025, "Long-Horizon Model-Based Offline RL Without Conservatism" (ALGORITHMS.md §5.2-5.3;
+Paper: Ni et al. 2025, "Long-Horizon Model-Based Offline RL Without Conservatism"
+(docs/algorithms/neubay.md#imagined-continuations;
 code twni2016/neubay, ``experience/collector.py`` and ``experience/world_buffer.py``).
 
 Shape letters: S dataset rows, K trajectories, P parallel rollouts, H imagined steps, W warm-up rows,
@@ -15,8 +16,9 @@ first step of an episode (``agent_inputs``, ``prefix_inputs``). One ``HistoryCol
 2. runs the agent's recurrent actor over each prefix ``x_0 .. x_t`` (``agent.warm_up``) for its hidden state,
    and samples the first action from it;
 3. steps a ``ModelEnv`` in episode member mode: each rollout gets ONE elite for its whole length (the
-   posterior sample, §5.6 pitfall 3); next state and reward are sampled from that member's Gaussian; no
-   reward penalty (§5.3); ``terminated`` from the task's termination function; ``truncated`` at the first
+   posterior sample, docs/algorithms/neubay.md); next state and reward are sampled from that member's Gaussian; no
+   reward penalty (docs/algorithms/neubay.md); ``terminated`` from the task's termination function; ``truncated`` at
+   the first
    step whose epistemic uncertainty exceeds ``u_max`` or when the time counted from the trajectory's start
    (t + imagined steps) reaches ``horizon``. A rollout stops at its first terminated or truncated step; all
    rollouts move in lock step until every one has stopped (one host sync per step);
@@ -26,7 +28,8 @@ first step of an episode (``agent_inputs``, ``prefix_inputs``). One ``HistoryCol
 ``u_max`` is ``uncertainty_threshold``: the ``q``-quantile of the epistemic figure over every (obs, action)
 row of the offline data (default q = 1: the maximum), computed once in chunks.
 
-Real rows: the dataset's stored ``next_observations`` are used (not the following row, §0.2); a trajectory
+Real rows: the dataset's stored ``next_observations`` are used (not the following row, docs/algorithms/neubay.md); a
+trajectory
 is cut to ``horizon`` rows and its last row counts as truncated unless it terminated (the paper's
 ``get_history_dataset``); a row without a known next observation is dropped unless it terminated.
 """

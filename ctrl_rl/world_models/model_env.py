@@ -6,7 +6,8 @@ Shape letters: N envs (imagined rollouts in lock step), M start states, O obs di
 code that drives a real env drives a model the same way. One ``step(action)``:
 
 1. member per row: ``"step"`` mode draws a random elite for every row on every step (MBPO, MOPO, RAVL:
-   "a random elite per transition", ALGORITHMS.md 4.4 pitfall 4); ``"episode"`` mode uses the member drawn
+   "a random elite per transition", docs/algorithms/mbpo.md#which-member-predicts); ``"episode"`` mode uses the member
+   drawn
    when that env's imagined episode started and keeps it until the env resets (NeuBay's posterior sample per
    episode, 5.3 and 5.6 pitfall 3);
 2. ``model.predict(obs, action, members, sample=True, generator)``: next obs and reward sampled from that

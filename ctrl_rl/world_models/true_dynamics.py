@@ -1,6 +1,7 @@
 """The real MuJoCo simulator in place of a learned model: episodes that start from dataset states.
 
-RAVL's edge-of-reach experiment (ALGORITHMS.md §4.3) replaces the dynamics ensemble by the true dynamics and keeps
+RAVL's edge-of-reach experiment (docs/algorithms/mbpo.md#the-true-dynamics-check) replaces the dynamics ensemble by the
+true dynamics and keeps
 everything else: short rollouts (``horizon`` k) from states drawn uniformly from the dataset, with the task's own
 rewards and terminations. ``TrueDynamicsEnv`` is that env, a BatchedEnv over N Gymnasium MuJoCo envs
 (``gymnasium.make(env_id).unwrapped``, default arguments), stepped one after another on the CPU. It has the

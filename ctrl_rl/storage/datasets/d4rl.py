@@ -2,7 +2,8 @@
 
 Shape letters: N rows in the file, S rows kept by a view, K episodes, O obs dim, A action dim.
 
-Layout (ALGORITHMS.md §9.3): flat arrays of N rows at the root (``observations``, ``actions``, ``rewards``,
+Layout (docs/guides/datasets.md#d4rl-hdf5-layout): flat arrays of N rows at the root (``observations``, ``actions``,
+``rewards``,
 ``terminals``, ``timeouts``, optional ``next_observations``), per-row extras under ``infos/`` (``qpos``,
 ``qvel``, ``action_log_probs``), and the behaviour policy and scalars under ``metadata/``.
 

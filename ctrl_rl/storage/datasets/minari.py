@@ -2,7 +2,8 @@
 
 Shape letters: T steps of one episode, S rows in all, K episodes, O obs dim, A action dim.
 
-Layout (ALGORITHMS.md §9.5): ``<root>/<dataset id>/data/`` holds ``metadata.json`` and ``main_data.hdf5``
+Layout (docs/guides/datasets.md#minari-layout): ``<root>/<dataset id>/data/`` holds ``metadata.json`` and
+``main_data.hdf5``
 (or Arrow files), one ``episode_<i>`` group per episode with ``observations`` of T+1 rows (the last is the
 final observation) and ``actions``, ``rewards``, ``terminations``, ``truncations`` of T rows. Because the
 final observation is stored, every transition has its true next observation and one view suffices:

@@ -3,7 +3,8 @@
 Two reference tables:
 
 * ``D4RL_REFERENCES``: D4RL's frozen constants (``d4rl/infos.py``; every ``-v2``/``-v1`` gym-mujoco dataset
-  reuses the ``-random-v0`` values, ALGORITHMS.md §9.1). They were measured on gym v2 / mujoco-py, so a
+  reuses the ``-random-v0`` values, docs/guides/datasets.md#normalized-scores). They were measured on gym v2 /
+  mujoco-py, so a
   score on v5 dynamics is only approximately comparable with published tables.
 * Local references: random and expert returns measured here on the Gymnasium v5 tasks (100 episodes each,
   Minari's convention), kept in a JSON file that the dataset generation step writes
