@@ -58,6 +58,7 @@ import gymnasium
 import numpy as np
 import torch
 
+from ctrl_rl.core.workers import LocalWorkers, WorkerPool
 from ctrl_rl.datagen import behaviour as B
 from ctrl_rl.envs.gymnasium import make
 from ctrl_rl.errors import UserInputError, did_you_mean
@@ -140,6 +141,10 @@ class EnvGroup:
         self.dims = {"obs": e.observation_space.shape[0], "act": e.action_space.shape[0], "nq": e.model.nq,
                      "nv": e.model.nv}
 
+    def describe(self) -> tuple[int, dict[str, int]]:
+        """``(horizon, dims)``: what the parent of a worker-held group needs to size its arrays."""
+        return self.horizon, self.dims
+
     def reset(self) -> np.ndarray:
         self.t[:] = 0
         return np.stack([e.reset(seed=s)[0] for e, s in zip(self.envs, self.seeds)]).astype(np.float32)  # [n,O]
@@ -168,73 +173,6 @@ class EnvGroup:
             e.close()
 
 
-def _group_worker(conn, env_id: str, seeds: list[int], max_episode_steps: int | None) -> None:
-    """A worker process owning one EnvGroup: ``None`` closes it, ``"reset"`` resets, else ``(actions, active)``."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends its workers
-    try:
-        group = EnvGroup(env_id, seeds, max_episode_steps)
-        conn.send(("ok", (group.horizon, group.dims)))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send(("error", e))
-        return
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            break
-        conn.send(group.reset() if msg == "reset" else group.step(*msg))
-    group.close()
-
-
-class _RemoteGroup:
-    """An EnvGroup in a worker process. Forked where possible: a spawned worker re-imports the caller's main
-    script, which breaks scripts without a ``__main__`` guard; the worker runs no torch code, so torch's
-    thread pool in the parent does not matter to it."""
-
-    def __init__(self, ctx, env_id: str, seeds: list[int], max_episode_steps: int | None):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_group_worker, args=(child, env_id, seeds, max_episode_steps), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def ready(self) -> tuple[int, dict]:
-        status, payload = self.conn.recv()
-        if status == "error":
-            raise payload
-        return payload
-
-    def send(self, msg) -> None:
-        self.conn.send(msg)
-
-    def recv(self):
-        return self.conn.recv()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, BrokenPipeError):
-            self.conn.send(None)
-        self.proc.join(timeout=5)
-        if self.proc.is_alive():
-            self.proc.terminate()
-
-
-class _LocalGroup:
-    def __init__(self, env_id: str, seeds: list[int], max_episode_steps: int | None):
-        self.group, self.reply = EnvGroup(env_id, seeds, max_episode_steps), None
-
-    def ready(self) -> tuple[int, dict]:
-        return self.group.horizon, self.group.dims
-
-    def send(self, msg) -> None:
-        self.reply = self.group.reset() if msg == "reset" else self.group.step(*msg)
-
-    def recv(self):
-        return self.reply
-
-    def close(self) -> None:
-        self.group.close()
-
-
 class BatchedEnvs:
     """``num_envs`` Gymnasium MuJoCo envs (env i seeded ``seed + i``) split over ``workers`` processes, stepped in
     lockstep: the data do not depend on ``workers`` (1 steps them in this process). MuJoCo's step is most of the
@@ -245,15 +183,13 @@ class BatchedEnvs:
         bounds = np.linspace(0, num_envs, workers + 1).round().astype(int)
         self.slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
         seeds = [[int(seed) + i for i in range(s.start, s.stop)] for s in self.slices]
-        if workers == 1:
-            self.groups = [_LocalGroup(env_id, seeds[0], max_episode_steps)]
-        else:
-            import multiprocessing as mp
-
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            self.groups = [_RemoteGroup(ctx, env_id, s, max_episode_steps) for s in seeds]
+        args = [(env_id, s, max_episode_steps) for s in seeds]
+        # worker processes forked where possible: a spawned worker re-imports the caller's main script, which breaks
+        # scripts without a ``__main__`` guard; the workers run no torch code, so the parent's thread pool is no matter
+        self.pool = (LocalWorkers(EnvGroup, args) if workers == 1 else
+                     WorkerPool(EnvGroup, args, start_method="fork", name=f"{env_id} collector"))
         try:
-            self.horizon, dims = [g.ready() for g in self.groups][0]
+            self.horizon, dims = self.pool.call_all("describe")[0]
         except BaseException:
             self.close()
             raise
@@ -261,19 +197,14 @@ class BatchedEnvs:
         self.nq, self.nv = dims["nq"], dims["nv"]
 
     def reset(self) -> np.ndarray:
-        for g in self.groups:
-            g.send("reset")
-        return np.concatenate([g.recv() for g in self.groups])  # [N,O]
+        return np.concatenate(self.pool.call_all("reset"))  # [N,O]
 
     def step(self, actions: np.ndarray, active: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        for g, s in zip(self.groups, self.slices):
-            g.send((actions[s], None if active is None else active[s]))
-        parts = [g.recv() for g in self.groups]
+        parts = self.pool.call_all("step", [(actions[s], None if active is None else active[s]) for s in self.slices])
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}  # [N,...] each
 
     def close(self) -> None:
-        for g in self.groups:
-            g.close()
+        self.pool.close()
 
 
 def default_workers() -> int:

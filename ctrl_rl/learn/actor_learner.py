@@ -41,6 +41,7 @@ import torch
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_cat, obs_map, obs_to
 from ctrl_rl.core.types import Rollout
+from ctrl_rl.core.workers import stop_processes
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.config import ActorLearnerLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.regimes import Regime, register_regime
@@ -292,10 +293,7 @@ class ProcessBackend(_Unresumable):
                 self.queue.get_nowait()
         except (queue.Empty, OSError, ValueError):
             pass
-        for p in self.procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
+        stop_processes(self.procs, timeout=10)
 
 
 class RayBackend(_Unresumable):

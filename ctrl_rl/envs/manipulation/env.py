@@ -1,8 +1,8 @@
 """``ManipEnv``: N tabletop manipulation envs as a BatchedEnv (``ctrl_rl/envs/protocol.py``).
 
 The N MuJoCo envs run in this process (a ``SimGroup``, one after the other) or over ``workers=K`` processes (a
-``WorkerPool``); either way this class only converts the group's NumPy arrays to tensors on ``device``, so NumPy is
-confined to ``reset`` / ``step`` here. Which is faster depends on the cameras: see
+``ProcessSimGroup`` on ``core.workers.WorkerPool``); either way this class only converts the group's NumPy arrays
+to tensors on ``device``, so NumPy is confined to ``reset`` / ``step`` here. Which is faster depends on the cameras: see
 ``experiments/manipulation_speed/manipulation.py``.
 
 Protocol mapping:
@@ -105,9 +105,9 @@ class ManipEnv:
         self._episodes = 0
         self._started = False
         if cfg.workers > 0:
-            from ctrl_rl.envs.manipulation.workers import WorkerPool
+            from ctrl_rl.envs.manipulation.workers import ProcessSimGroup
 
-            self._group = WorkerPool(task, cfg, self.robot, self.num_envs, cfg.workers)
+            self._group = ProcessSimGroup(task, cfg, self.robot, self.num_envs, cfg.workers)
         else:
             from ctrl_rl.envs.manipulation.sim import SimGroup
 
