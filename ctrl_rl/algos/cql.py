@@ -55,8 +55,10 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.algos.sac import SAC, SACConfig, tanh_normal_sample, td_target
+from ctrl_rl.algos.sac import SAC, SACConfig
 from ctrl_rl.algos.wsrl import WSRL_SAC
+from ctrl_rl.core.distributions import tanh_normal_sample
+from ctrl_rl.core.losses import td_target
 from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition

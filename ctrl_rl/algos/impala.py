@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ctrl_rl.algos.ppo import ActorCritic, ActorCriticFields, DeterministicPolicy
+from ctrl_rl.algos.ppo import ActorCritic, ActorCriticFields, deterministic_policy
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.nets import RunningNorm
 from ctrl_rl.core.obs import Obs, obs_map
@@ -133,10 +133,10 @@ class IMPALA:
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
-        return DeterministicPolicy(self.ac)(obs) if deterministic else self.sample(obs)[0]
+        return deterministic_policy(self.ac)(obs) if deterministic else self.sample(obs)[0]
 
     def exportable(self) -> nn.Module:
-        return DeterministicPolicy(copy.deepcopy(self.ac)).eval()
+        return deterministic_policy(copy.deepcopy(self.ac)).eval()
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         """What an actor needs to act as the learner does now (network weights and normaliser statistics)."""

@@ -38,9 +38,9 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.algos.sac import DeterministicPolicy
 from ctrl_rl.core.distributions import normal_log_prob
 from ctrl_rl.core.nets import Activation, EnsembleMLP, mlp
+from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields

@@ -62,7 +62,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.algos.sac import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample, td_target
+from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
+from ctrl_rl.core.losses import td_target
 from ctrl_rl.core.nets import EnsembleLinear
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.validate import check_fields

@@ -53,6 +53,7 @@ from ctrl_rl.core.distributions import (
 from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder
 from ctrl_rl.core.nets import Activation, RunningNorm, mlp
 from ctrl_rl.core.obs import Obs, obs_index, obs_map
+from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import gae
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.core.validate import check_fields
@@ -246,21 +247,35 @@ class ActorCritic(nn.Module):
         return normal_log_prob(action, out, log_std), normal_entropy(log_std)
 
 
-class DeterministicPolicy(nn.Module):
-    """Exported policy: raw observation -> deterministic action (agent action space, clipped to [-1, 1]).
+class ObservationFeatures(nn.Module):
+    """The actor's input of raw observations (``observation_features``): the exported policy's encoder."""
 
-    The input is what the env hands out: a ``[B,O]`` tensor for flat observations, else the dict of parts
-    ``{name: [B,*part.shape]}`` (images uint8); normalizer and encoder are inside the module
-    (``torch.jit.trace(policy, (obs_dict,), strict=False)`` traces the dict form).
-    """
-
-    def __init__(self, ac: ActorCritic):
+    def __init__(self, norm: nn.Module, encoder: Encoder | None):
         super().__init__()
-        self.norm, self.encoder, self.actor, self.discrete = ac.norm, ac.encoder, ac.actor, ac.discrete
+        self.norm, self.encoder = norm, encoder
 
     def forward(self, obs: Obs) -> torch.Tensor:
-        out = self.actor(observation_features(self.norm, self.encoder, obs))
+        return observation_features(self.norm, self.encoder, obs)  # [B,O] or [B,F]
+
+
+class ActionMode(nn.Module):
+    """The policy network's deterministic action: the argmax of its logits, or its Gaussian mean clipped to
+    [-1, 1] (the agent's action space)."""
+
+    def __init__(self, net: nn.Module, discrete: bool):
+        super().__init__()
+        self.net, self.discrete = net, discrete
+
+    def mode(self, features: torch.Tensor) -> torch.Tensor:
+        out = self.net(features)  # [B,A] mean or logits
         return out.argmax(-1) if self.discrete else out.clamp(-1.0, 1.0)
+
+
+def deterministic_policy(ac: ActorCritic) -> DeterministicPolicy:
+    """The exported policy of an actor-critic (``core.policies.DeterministicPolicy``): raw observation (a ``[B,O]``
+    tensor, or the dict of parts with images uint8) -> deterministic action; normaliser and encoder inside. It
+    shares ``ac``'s modules (copy ``ac`` first for a policy that must not move with training)."""
+    return DeterministicPolicy(ActionMode(ac.actor, ac.discrete), ObservationFeatures(ac.norm, ac.encoder))
 
 
 class PPO:
@@ -301,12 +316,12 @@ class PPO:
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         if deterministic:
-            return DeterministicPolicy(self.ac)(obs)
+            return deterministic_policy(self.ac)(obs)
         return self.sample(obs)[0]
 
     def exportable(self) -> nn.Module:
-        """The deterministic policy (``DeterministicPolicy``: a tensor in for flat envs, else the dict of parts)."""
-        return DeterministicPolicy(self.ac)
+        """The deterministic policy (``deterministic_policy``: a tensor in for flat envs, else the dict of parts)."""
+        return deterministic_policy(self.ac)
 
     # -- learning -----------------------------------------------------------------------------------
     @torch.no_grad()

@@ -49,16 +49,16 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.core.distributions import tanh_log_det
+from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
 from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_shift_obs
+from ctrl_rl.core.losses import td_target
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
+from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
-
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 @dataclass(frozen=True)
@@ -142,24 +142,6 @@ class SACConfig(EncoderFields):
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
 
 
-def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reparameterised tanh-Gaussian sample ``[B,A]`` and its log-density ``[B]`` (change of variables)."""
-    eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)  # [B,A]
-    u = mean + eps * log_std.exp()  # [B,A]
-    log_n = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)  # [B]
-    return torch.tanh(u), log_n - tanh_log_det(u)
-
-
-def td_target(q_next: torch.Tensor, subset: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-              next_logp: torch.Tensor, alpha: torch.Tensor, gamma: float, backup_entropy: bool) -> torch.Tensor:
-    """``q_next [E,B]`` of the target critics at (s', a'); ``subset [M]`` member indices -> ``y [B]``."""
-    q_t = q_next.index_select(0, subset).min(0).values  # [B]
-    if backup_entropy:
-        q_t = q_t - alpha * next_logp
-    return reward + gamma * (~terminated).to(reward.dtype) * q_t
-
-
 class Actor(nn.Module):
     """Tanh-Gaussian policy: an MLP gives mean and clamped log-std of ``u``; ``a = tanh(u)``. Its input is
     ``in_dim`` features (default: the flat observation, ``spec.obs_dim``)."""
@@ -180,22 +162,6 @@ class Actor(nn.Module):
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self(obs)[0])
-
-
-class DeterministicPolicy(nn.Module):
-    """Exported policy: observation -> the actor's deterministic action in the agent's space [-1, 1].
-
-    Without ``encoder`` the input is the flat ``[B,O]`` observation; with one, the dict of parts the env
-    hands out (``{name: [B,*part.shape]}``, images uint8; trace with ``torch.jit.trace(policy, (obs,),
-    strict=False)``).
-    """
-
-    def __init__(self, actor: nn.Module, encoder: nn.Module | None = None):
-        super().__init__()
-        self.actor, self.encoder = actor, encoder
-
-    def forward(self, obs: Obs) -> torch.Tensor:
-        return self.actor.mode(obs if self.encoder is None else self.encoder(obs))
 
 
 def scale_last_hidden_(linears: list, scale: float) -> None:

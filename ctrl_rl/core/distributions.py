@@ -1,4 +1,9 @@
-"""Log-densities and entropies as plain tensor functions (no torch.distributions validation overhead)."""
+"""Log-densities, entropies and samples as plain tensor functions (no torch.distributions validation overhead).
+
+The tanh-Gaussian policy of the SAC family (SAC, CQL, RAVL, NeuBay): an MLP gives the mean and the log-std of
+``u`` (the log-std clamped to ``[LOG_STD_MIN, LOG_STD_MAX]``), the action is ``a = tanh(u)``, and
+``tanh_normal_sample`` draws a reparameterised action with its log-density by the change of variables.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ import math
 import torch
 
 _LOG_2PI = math.log(2 * math.pi)
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+"""Clamp of a tanh-Gaussian policy's log-std (SAC's and NeuBay's actors)."""
 
 
 def normal_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
@@ -48,3 +56,13 @@ def tanh_log_det(u: torch.Tensor) -> torch.Tensor:
     """``sum_j log(1 - tanh(u_j)^2)`` for ``u [B,A] -> [B]``, as ``2 (log 2 - u - softplus(-2u))``
     (stable for large |u|)."""
     return (2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)
+
+
+def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterised tanh-Gaussian sample ``[B,A]`` and its log-density ``[B]``: ``a = tanh(mean + eps *
+    exp(log_std))``, ``log pi(a) = log N(u; mean, std) - sum_j log(1 - tanh(u_j)^2)`` (change of variables)."""
+    eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)  # [B,A]
+    u = mean + eps * log_std.exp()  # [B,A]
+    log_n = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)  # [B]
+    return torch.tanh(u), log_n - tanh_log_det(u)

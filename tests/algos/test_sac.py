@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from ctrl_rl.algos.sac import SAC, SACConfig, tanh_normal_sample, td_target
+from ctrl_rl.algos.sac import SAC, SACConfig
 from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
@@ -25,26 +25,6 @@ def test_ensemble_mlp_equals_independent_members():
     for e in range(3):
         h = torch.relu(x @ net.layers[0].weight[e] + net.layers[0].bias[e])
         assert torch.allclose(out[e], h @ net.layers[1].weight[e] + net.layers[1].bias[e], atol=1e-6)
-
-
-def test_tanh_normal_log_prob_matches_torch_distributions():
-    mean, log_std = torch.randn(1000, 3), torch.randn(1000, 3) * 0.5
-    a, logp = tanh_normal_sample(mean, log_std, torch.Generator().manual_seed(0))
-    d = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()),
-                                                    [torch.distributions.TanhTransform(cache_size=1)])
-    ref = d.log_prob(a.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1)
-    ok = a.abs().max(-1).values < 0.999  # away from the saturated edge where atanh is ill-conditioned
-    assert torch.allclose(logp[ok], ref[ok], atol=1e-3)
-
-
-def test_td_target_uses_min_over_the_given_subset_and_stops_at_termination():
-    q_next = torch.tensor([[5.0, 1.0], [2.0, 7.0], [3.0, 0.0]])  # [E=3,B=2]
-    y = td_target(q_next, torch.tensor([0, 1]), torch.tensor([1.0, 1.0]), torch.tensor([False, True]),
-                  torch.zeros(2), torch.tensor(0.0), 0.5, True)
-    assert torch.allclose(y, torch.tensor([1.0 + 0.5 * 2.0, 1.0]))  # min(5, 2) = 2 bootstrapped; terminated -> r
-    y2 = td_target(q_next, torch.tensor([2]), torch.tensor([0.0, 0.0]), torch.tensor([False, False]),
-                   torch.tensor([1.0, 1.0]), torch.tensor(0.5), 1.0, True)
-    assert torch.allclose(y2, torch.tensor([3.0 - 0.5, 0.0 - 0.5]))  # entropy term in the backup
 
 
 @pytest.mark.parametrize("n,m,ln", [(2, 2, False), (10, 2, True)])
