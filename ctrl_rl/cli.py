@@ -195,6 +195,10 @@ def cmd_train(args: list[str]) -> int:
               "lists the flags; `ctrl-rl list algos` says what each is)")
         return 0 if args else 2
     algo, rest = args[0], args[1:]
+    method = _pop_value(rest, "--method")  # a family once chose its method by flag; each is now an algorithm
+    if method is not None and algo not in registry.names() and f"{algo}_{method}" in registry.names():
+        raise UserInputError(f"`ctrl-rl train {algo} --method {method}` is now `ctrl-rl train {algo}_{method}`: "
+                             "expected the method in the algorithm's name (`ctrl-rl list algos` lists them)")
     entry = registry.get(algo)
     cfg_cls, loop_cls = entry.config, loop_config_class(entry.regime)
     prog = f"ctrl-rl train {algo}"

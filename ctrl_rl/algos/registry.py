@@ -28,8 +28,12 @@ Regimes (registered by the loops of ``ctrl_rl.learn``, ``learn/regimes.py``) and
   last received -> the learner's ``update(segments)`` with off-policy correction (IMPALA's V-trace, DoMo-AC). Such
   an algorithm also has ``sample(obs) -> (action, log_prob)`` and ``policy_state()`` / ``load_policy_state()`` (the
   weights an actor needs).
-- ``vla-finetuning``: demonstrations in the LeRobot layout (and, for RL, envs stepped one action chunk at a time) ->
-  ``update(batch)`` of a vision-language-action model (``ctrl_rl.vla``); evaluated in the env by success rate.
+- ``demonstrations``: demonstrations in the LeRobot layout -> ``update(batch)`` of a vision-language-action model
+  (``ctrl_rl.vla``; VLA BC, HABC); evaluated in the env by success rate. Such an algorithm also has a
+  ``model`` (``vla.model.VLAModel``) and ``start_from(policy_state)`` (``vla.model.DemonstrationLearner``).
+- ``chunk-rollouts``: envs stepped one action chunk at a time, beside demonstrations -> ``update({rollout, demos,
+  own})`` (VLA RL). Such an algorithm is also a ``vla.rollouts.ChunkLearner`` (chunk sampling, its value, what each
+  update reads).
 
 The algorithm contract is ``ctrl_rl.core.protocols.Algorithm`` (``act``, ``update(batch) -> dict[str, Tensor]``,
 ``state_dict`` / ``load_state_dict``, ``parameters_finite``, ``exportable``, ``gen``) with the capability protocols
@@ -151,6 +155,7 @@ def get(name: str) -> AlgoEntry:
     """The entry called ``name``, or one sentence naming the unknown name and the known ones."""
     _load_builtin()
     if name not in _REGISTRY:
-        raise UserInputError(f"unknown algorithm {name!r}{did_you_mean(name, _REGISTRY)}: expected one of "
-                             f"{sorted(_REGISTRY)}")
+        family = sorted(n for n in _REGISTRY if n.startswith(f"{name}_"))  # a family's prefix: its members
+        hint = f" (the algorithms of that name are {family})" if family else did_you_mean(name, _REGISTRY)
+        raise UserInputError(f"unknown algorithm {name!r}{hint}: expected one of {sorted(_REGISTRY)}")
     return _REGISTRY[name]

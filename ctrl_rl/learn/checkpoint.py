@@ -18,10 +18,14 @@ half-written checkpoint under the real name; a kill -9 mid-write leaves only the
 
 Format version 1 files (a bare ``torch.save`` archive, written before the checksum existed) still load,
 without an integrity check: there is nothing to check them against.
+
+``read_init`` reads the checkpoint a run starts from (``--init``): the entry's ``init_from`` says whose, and its
+``init_fields`` are taken from that checkpoint's config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
@@ -245,3 +249,22 @@ def find_checkpoint(path_or_dir: str | Path) -> Path:
     if not p.exists():
         raise UserInputError(f"{str(p)!r} does not exist: expected a run directory or a checkpoint file")
     return p
+
+
+def with_network_shape(cfg, saved: dict, fields: tuple[str, ...]):
+    """``cfg`` with the network shape ``fields`` of a saved config dict."""
+    shape = {k: tuple(saved[k]) if isinstance(saved[k], list) else saved[k] for k in fields if k in saved}
+    return dataclasses.replace(cfg, **shape)
+
+
+def read_init(entry, cfg, init: str) -> tuple[object, dict, str]:
+    """The config with the network shape fields of ``init``'s checkpoint, that checkpoint's algo state and its
+    path. Refuses checkpoints of algorithms the entry cannot start from."""
+    if not entry.init_from:
+        raise UserInputError(f"--init is not used by {entry.name!r}: expected no --init (it trains from scratch)")
+    path = find_checkpoint(init)
+    ck = load_checkpoint(path)
+    if ck.get("algo") not in entry.init_from:
+        raise UserInputError(f"--init {str(path)!r} holds a {ck.get('algo')!r} run: expected a checkpoint of one of "
+                             f"{list(entry.init_from)} (their networks load into {entry.name})")
+    return with_network_shape(cfg, ck["config"]["algo"], entry.init_fields), ck["algo_state"], str(path)

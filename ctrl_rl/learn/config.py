@@ -231,13 +231,12 @@ class ActorLearnerLoopConfig:
 
 
 @dataclass(frozen=True)
-class VLALoopConfig:
-    """Settings of the VLA fine-tuning loop (``ctrl_rl.learn.vla``); one step is one update for every method."""
+class DemonstrationsLoopConfig:
+    """Settings of the demonstrations loop (``ctrl_rl.learn.demonstrations``): LeRobot demonstrations -> update of a
+    VLA; one step is one update."""
 
     batch_size: int = 16
-    """Demonstration frames per update (bc, habc) and per SFT-anchor batch (rl)."""
-    rollout_chunks: int = 8
-    """rl: chunks each env executes per update (``--num-envs`` envs)."""
+    """Demonstration frames per batch."""
     action_key: str | None = None
     """The dataset's action feature (keys joined by +); default: the env's own ``action.env``, else the robot
     spec's action space assembled from DROID's keys, else ``action``."""
@@ -248,15 +247,29 @@ class VLALoopConfig:
     image_size: str = "48x64"
     """H x W a ``manip:`` env id without ``image_size=`` gets (the dataset's frames are resized to it)."""
     init: str | None = None
-    """A VLA run (or checkpoint) whose policy weights this run starts from (rl after bc)."""
+    """A VLA run (or checkpoint) whose policy weights this run starts from (the entry's ``init_from``; the
+    policy's shape fields are taken from its config)."""
 
     def __post_init__(self) -> None:
         _positive_int("batch-size", self.batch_size)
+
+
+@dataclass(frozen=True)
+class ChunkRolloutsLoopConfig(DemonstrationsLoopConfig):
+    """Settings of the chunk-rollouts loop (``ctrl_rl.learn.chunk_rollouts``): the demonstrations loop's, and the
+    chunks each env executes per update; one step is one update."""
+
+    rollout_chunks: int = 8
+    """Chunks each of ``--num-envs`` envs executes per update."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _positive_int("rollout-chunks", self.rollout_chunks)
 
 
 LoopConfig = (OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig | WorldModelLoopConfig
-              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig | VLALoopConfig)
+              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig | DemonstrationsLoopConfig
+              | ChunkRolloutsLoopConfig)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ deterministic policy is evaluated at step 0 and every K steps, logging ``eval_re
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import torch
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
+from ctrl_rl.learn.checkpoint import read_init, with_network_shape
 from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
 from ctrl_rl.learn.regimes import Regime, register_regime
@@ -45,25 +44,6 @@ from ctrl_rl.learn.runtime import (
 )
 from ctrl_rl.storage.datasets import open_dataset, to_replay
 from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
-
-
-def with_network_shape(cfg, saved: dict, fields: tuple[str, ...]):
-    """``cfg`` with the network shape ``fields`` of a saved config dict."""
-    shape = {k: tuple(saved[k]) if isinstance(saved[k], list) else saved[k] for k in fields if k in saved}
-    return dataclasses.replace(cfg, **shape)
-
-
-def read_init(entry, cfg, init: str) -> tuple[object, dict, str]:
-    """The config with the network shape fields of ``init``'s checkpoint, that checkpoint's algo state and its
-    path. Refuses checkpoints of algorithms the entry cannot start from."""
-    if not entry.init_from:
-        raise UserInputError(f"--init is not used by {entry.name!r}: expected no --init (it trains from scratch)")
-    path = find_checkpoint(init)
-    ck = load_checkpoint(path)
-    if ck.get("algo") not in entry.init_from:
-        raise UserInputError(f"--init {str(path)!r} holds a {ck.get('algo')!r} run: expected a checkpoint of one of "
-                             f"{list(entry.init_from)} (their networks load into {entry.name})")
-    return with_network_shape(cfg, ck["config"]["algo"], entry.init_fields), ck["algo_state"], str(path)
 
 
 def load_init(algo, state: dict, path: str, env_id: str) -> None:

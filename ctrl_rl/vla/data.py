@@ -1,4 +1,4 @@
-"""Demonstrations in the LeRobot layout as the VLA fine-tuners read them: frames with camera images, the
+"""Demonstrations in the LeRobot layout as the VLA algorithms read them: frames with camera images, the
 instruction, proprioception, an action chunk and the episode's outcome.
 
 Shape letters: S frames in all, K episodes, H chunk length, A action dim, P proprio dim, C critic-state dim.
@@ -17,7 +17,8 @@ Shape letters: S frames in all, K episodes, H chunk length, A action dim, P prop
 - the chunk of frame t: the actions of frames ``t .. t+H-1`` of its episode, the last action repeated past the
   episode's end (the robot holds its final command);
 - outcome: ``is_episode_successful`` (or the other keys ``storage.datasets.lerobot.episode_success`` reads),
-  used by HABC; ``intervention`` / ``is_intervention`` when present marks frames a human executed;
+  used by HABC's weighting (``vla.habc``); ``intervention`` / ``is_intervention`` when present marks frames a
+  human executed;
 - critic state (HABC's critics only): ``observation.state`` + ``observation.environment_state`` when present.
 """
 
@@ -66,17 +67,41 @@ class Demos:
         return int(self.action.shape[0])
 
     def batch(self, rows: torch.Tensor) -> dict:
-        """The frames ``rows`` [B] as a training batch: images, proprio, chunk ``[B,H,A]``, task indices, the
-        HABC fields."""
+        """The frames ``rows`` [B] as a training batch: images, proprio, chunk ``[B,H,A]``, task indices into
+        ``instructions`` (the dataset's, carried along), and what a sample weighting reads (critic states, episode
+        ends, outcomes, interventions)."""
         nxt = self.next_row[rows]  # [B]
         out = {"images": {k: v[rows] for k, v in self.images.items()}, "proprio": self.proprio[rows],
                "chunk": self.action[self.chunk_rows[rows]], "task_index": self.task_index[rows],
+               "instructions": self.instructions,
                "critic_state": self.critic_state[rows], "next_critic_state": self.critic_state[nxt],
                "last": self.last[rows], "steps_to_end": self.steps_to_end[rows],
                "intervention": self.intervention[rows]}
         if self.success is not None:
             out["success"] = self.success[rows]
         return out
+
+    def sample(self, n: int, gen: torch.Generator, device: torch.device) -> dict:
+        """``n`` frames drawn uniformly with ``gen`` as a batch on ``device``."""
+        rows = torch.randint(0, self.num_frames, (n,), generator=gen, device=gen.device).cpu()  # [n]
+        return to_device(self.batch(rows), device)
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """A batch's tensors (and those of its nested dicts) on ``device``; other values as they are."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else to_device(v, device) if isinstance(v, dict) else v
+            for k, v in batch.items()}
+
+
+def split_rows(batch: dict, parts: int) -> list[dict]:
+    """A batch of ``parts * B`` rows as ``parts`` batches of B rows (tensors and nested dicts split along rows;
+    other values, such as the instructions, shared)."""
+    def part(v, i: int):
+        if isinstance(v, torch.Tensor):
+            return v.unflatten(0, (parts, -1))[i]  # [B,...] of [parts*B,...]
+        return {k: part(x, i) for k, x in v.items()} if isinstance(v, dict) else v
+
+    return [{k: part(v, i) for k, v in batch.items()} for i in range(parts)]
 
 
 def _action_key(features: dict, given: str | None, action_space: str) -> list[str]:

@@ -169,7 +169,9 @@ class VLAPolicy(nn.Module):
     def sample(self, prefix, gen: torch.Generator | None, deterministic: bool, sigma: float = 0.0
                ) -> tuple[torch.Tensor, Any, torch.Tensor | None]:
         """A normalised chunk ``[B,H,A]``, what its log-probability needs (tokens: bins; regression: the unclipped
-        sample; flow: the noisy chain) and that log-probability ``[B]`` (None when deterministic)."""
+        sample; flow: the noisy chain of noise ``sigma``) and that log-probability ``[B]`` (None when deterministic,
+        and for the flow head with ``sigma`` 0: then the chain starts from random noise and has no noise of its own,
+        plain flow-matching sampling with no likelihood)."""
         embeds, mask = prefix
         if self.head_kind == "tokens":
             bins = self._decode_tokens(embeds, mask, gen, 0.0 if deterministic else 1.0)  # [B,M]
@@ -183,6 +185,8 @@ class VLAPolicy(nn.Module):
         if deterministic:  # the flow's deterministic mode: integrate from zero noise (the export does the same)
             noise = torch.zeros(cond.shape[0], self.H, self.A, dtype=cond.dtype, device=cond.device)
             return self.head.sample(cond, gen, noise=noise).clamp(-1, 1), None, None
+        if sigma == 0:
+            return self.head.sample(cond, gen).clamp(-1, 1), None, None
         x, chain, logp = self.head.sample_chain(cond, gen, sigma)
         return x.clamp(-1, 1), chain, logp
 

@@ -1,5 +1,5 @@
-"""The VLA fine-tuner end to end on the tiny backbone: demonstrations in the LeRobot layout, the three heads through
-the policy, LoRA, the three methods from the CLI, export and deployment, and the bad inputs of the issue."""
+"""The VLA algorithms end to end on the tiny backbone: demonstrations in the LeRobot layout, the three heads through
+the policy, LoRA, vla_bc, vla_habc and vla_rl from the CLI, export and deployment, and the bad inputs of the issue."""
 
 import json
 import shutil
@@ -29,26 +29,29 @@ def demos(tmp_path_factory) -> Path:
     return d
 
 
-def _agent(head: str, demos: Path, **over):
-    from ctrl_rl.algos.vla import VLA, VLAConfig
-    from ctrl_rl.envs import make_env
-    from ctrl_rl.vla.data import load_demos
+def _agent(head: str, demos: Path, name: str = "vla_bc", **over):
+    from ctrl_rl.algos import registry
+    from ctrl_rl.envs import spec_of
 
-    env = make_env(ENV, 1, seed=0)
-    spec = env.spec
-    env.close()
+    spec = spec_of(ENV)
     torch.manual_seed(0)
-    cfg = VLAConfig(head=head, chunk=2, max_text_len=12, lora_rank=4, flow_steps=3, **over)
-    algo = VLA(cfg, spec, torch.device("cpu"), torch.Generator().manual_seed(0))
-    data = load_demos(demos, algo.cameras, algo.image_hw, 2, spec.action_dim, "cartesian_velocity")
-    algo.set_statistics(data.proprio, data.action)
+    entry = registry.get(name)
+    cfg = entry.default_config(head=head, chunk=2, max_text_len=12, lora_rank=4, flow_steps=3, **over)
+    algo = entry.make(cfg, spec, torch.device("cpu"), torch.Generator().manual_seed(0))
+    data = algo.model.load_demos(str(demos), "cartesian_velocity", None, "observation.state")
+    algo.model.set_statistics(data.proprio, data.action)
     return algo, data
 
 
 def _batch(data, n=4):
-    b = data.batch(torch.arange(n))
-    b["instructions"] = data.instructions
-    return b
+    return data.batch(torch.arange(n))
+
+
+def _rl_batch(algo, data, ro, own=None, B=4) -> dict:
+    """What the chunk-rollouts loop passes: the rollout, the demonstration and own-success batches it reads."""
+    count = algo.batches_per_update()
+    demos = data.sample(count["demos"] * B, torch.Generator().manual_seed(1), torch.device("cpu"))
+    return {"rollout": ro, "demos": demos, "own": None if own is None else own.sample(count["own"] * B)}
 
 
 def test_the_demonstrations_load_with_chunks_outcomes_and_the_robot_spec_keys(demos):
@@ -89,32 +92,34 @@ def test_each_head_trains_samples_and_scores_its_samples(head, demos):
     for _ in range(15):
         after = algo.update(b)["loss/actor"].item()
     assert after < before, (head, before, after)
-    prefix = algo.prefix_from_batch(b, data.instructions)
-    x, stored, logp = algo.policy.sample(prefix, algo.gen, deterministic=False, sigma=0.1)
+    policy = algo.model.policy
+    prefix = algo.model.prefix_from_batch(b)
+    x, stored, logp = policy.sample(prefix, algo.gen, deterministic=False, sigma=0.1)
     assert x.shape == (4, 2, 7) and x.abs().max() <= 1
     with torch.no_grad():
-        again = algo.policy.log_prob(prefix, stored, 0.1)
+        again = policy.log_prob(prefix, stored, 0.1)
     assert torch.allclose(again, logp, atol=1e-3, rtol=1e-4)
-    det1, _, _ = algo.policy.sample(prefix, algo.gen, deterministic=True)
-    det2, _, _ = algo.policy.sample(prefix, algo.gen, deterministic=True)
+    det1, _, _ = policy.sample(prefix, algo.gen, deterministic=True)
+    det2, _, _ = policy.sample(prefix, algo.gen, deterministic=True)
     assert torch.equal(det1, det2)
 
 
 def test_lora_leaves_the_base_weights_untouched_and_changes_the_output_after_one_step(demos):
     algo, data = _agent("regression", demos)
-    base = {n: p.detach().clone() for n, p in algo.policy.backbone.vlm.named_parameters() if "lora_" not in n}
-    assert base and all(not p.requires_grad for n, p in algo.policy.backbone.vlm.named_parameters() if "lora_" not in n)
-    assert 0 < algo.trainable_fraction() < 0.5
+    m = algo.model
+    base = {n: p.detach().clone() for n, p in m.policy.backbone.vlm.named_parameters() if "lora_" not in n}
+    assert base and all(not p.requires_grad for n, p in m.policy.backbone.vlm.named_parameters() if "lora_" not in n)
+    assert 0 < m.trainable_fraction() < 0.5
     b = _batch(data)
-    algo.policy.eval()
+    m.policy.eval()
     with torch.no_grad():
-        cond0 = algo.policy._queries(*algo.prefix_from_batch(b, data.instructions))
+        cond0 = m.policy._queries(*m.prefix_from_batch(b))
     algo.update(b)
-    algo.policy.eval()
+    m.policy.eval()
     with torch.no_grad():
-        cond1 = algo.policy._queries(*algo.prefix_from_batch(b, data.instructions))
+        cond1 = m.policy._queries(*m.prefix_from_batch(b))
     assert not torch.allclose(cond0, cond1)
-    for n, p in algo.policy.backbone.vlm.named_parameters():
+    for n, p in m.policy.backbone.vlm.named_parameters():
         if "lora_" not in n:
             assert torch.equal(p, base[n]), n
 
@@ -125,22 +130,23 @@ def test_the_merged_export_module_equals_the_adapted_model(head, demos):
     b = _batch(data, 2)
     for _ in range(3):
         algo.update(b)
-    algo.policy.eval()
+    m = algo.model
+    m.policy.eval()
     with torch.no_grad():
-        x, _, _ = algo.policy.sample(algo.prefix_from_batch(b, data.instructions), None, deterministic=True)
-        want = algo.to_actions(x)  # [2,H,A]
+        x, _, _ = m.policy.sample(m.prefix_from_batch(b), None, deterministic=True)
+        want = m.to_actions(x)  # [2,H,A]
         module = algo.exportable()
         assert not any("lora_" in n for n, _ in module.named_parameters())
-        ids, _ = algo.policy.text([data.instructions[int(i)] for i in b["task_index"]])
+        ids, _ = m.policy.text([data.instructions[int(i)] for i in b["task_index"]])
         state = torch.zeros(2, 20)
-        state[:, list(algo.columns)] = b["proprio"]
+        state[:, list(m.columns)] = b["proprio"]
         got = module({"state": state, "language": ids, **b["images"]})
     assert torch.allclose(got, want, atol=1e-5)
 
 
 def _train(tmp_path, demos, method, head="regression", extra=()):
     d = tmp_path / f"{method}-{head}"
-    args = ["train", "vla", "--env", ENV, "--dataset", str(demos), "--method", method, "--head", head,
+    args = ["train", f"vla_{method}", "--env", ENV, "--dataset", str(demos), "--head", head,
             "--total-steps", "4", "--run-dir", str(d), *SMALL, *extra]
     return d, main(args)
 
@@ -177,22 +183,20 @@ def test_the_runtime_tokenises_the_instruction_as_training_did(tmp_path, demos):
     text = data.instructions[0]
     raw = np.zeros(64, np.int64)
     raw[: len(text.encode())] = np.frombuffer(text.encode(), np.uint8) + 1
-    ids, _ = algo.policy.text([text])
+    ids, _ = algo.model.policy.text([text])
     assert p(raw).tolist() == ids[0].tolist()
 
 
 def test_habc_and_rl_from_the_cli(tmp_path, demos, capsys):
-    d, rc = _train(tmp_path, demos, "habc", "flow", ["--habc-warmup", "1", "--sil-capacity", "5"])
-    err = capsys.readouterr().err
-    assert rc == 0, err
-    assert "--method habc does not use --sil-capacity;" in err  # an RL flag on an HABC run is named, not silent
+    d, rc = _train(tmp_path, demos, "habc", "flow", ["--habc-warmup", "1"])
+    assert rc == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert "stats/weight_mean" in rows[-1] and "loss/viability" in rows[-1]
+    saved = json.loads((d / "config.json").read_text())
+    assert saved["algo"] == "vla_habc" and "sil_capacity" not in saved["config"]  # no flag it never reads
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--num-envs", "2", "--rollout-chunks", "2",
                                                           "--total-steps", "2", "--target-kl", "1e-12"])
-    err = capsys.readouterr().err
-    assert rc == 0, err
-    assert "does not use" not in err
+    assert rc == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 2 * 2 * 2 * 2 and "loss/sft" in rows[-1]
     # the KL stop: the first minibatch (ratio 1) steps, a later one exceeds 1.5e-12 and ends the update's passes
@@ -201,19 +205,22 @@ def test_habc_and_rl_from_the_cli(tmp_path, demos, capsys):
 
 def test_rl_with_group_relative_advantages(tmp_path, demos, capsys):
     from ctrl_rl.envs import make_env
-    from ctrl_rl.learn.vla import ChunkCollector
+    from ctrl_rl.vla.rollouts import ChunkCollector
 
     short = ENV.replace("max_episode_steps=15", "max_episode_steps=4")
-    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2)
+    algo, data = _agent("regression", demos, "vla_rl", advantage="group", group_size=2)
+    assert algo.episode_groups == 2
     env = make_env(short + ",group_size=2", 4, seed=0)
     ro = ChunkCollector(env, algo, 2, seed=0).collect()  # 2 chunks of 2 steps: one whole episode per env
     env.close()
     state = ro["obs"]["state"].view(2, 4, -1)  # [T,N,O]
     assert torch.equal(state[0, 0], state[0, 1]) and not torch.equal(state[0, 0], state[0, 2])
-    adv = ro["advantage"].view(2, 4)  # [T,N]: each env's return minus its pair's mean, on every chunk
+    adv, ret = algo.advantages(ro)
+    adv = adv.view(2, 4)  # [T,N]: each env's return minus its pair's mean, on every chunk
+    assert ret is None
     assert torch.allclose(adv[:, :2].sum(1), torch.zeros(2), atol=1e-6) and bool((adv[0] == adv[1]).all())
     assert float(adv.abs().sum()) > 0  # the Gaussian's noise made the pair's returns differ
-    info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions})
+    info = algo.update(_rl_batch(algo, data, ro))
     assert "loss/policy" in info and "loss/value" not in info  # no critic
 
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
@@ -223,9 +230,8 @@ def test_rl_with_group_relative_advantages(tmp_path, demos, capsys):
     rows = [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["env_steps"] == 2 * 4 * 2 * 2 and "stats/value_explained_var" not in rows[-1]
     # a rollout that would cut an episode: one sentence, exit 2, nothing written
-    err = _error(capsys, ["train", "vla", "--env", short, "--dataset", str(demos), "--method", "rl", "--advantage",
-                          "group", "--group-size", "2", "--num-envs", "4", "--rollout-chunks", "3",
-                         "--total-steps", "1",
+    err = _error(capsys, ["train", "vla_rl", "--env", short, "--dataset", str(demos), "--advantage", "group",
+                          "--group-size", "2", "--num-envs", "4", "--rollout-chunks", "3", "--total-steps", "1",
                           *SMALL, "--run-dir", str(tmp_path / "cut")])
     assert "--rollout-chunks 3" in err and "whole episodes" in err
     assert not (tmp_path / "cut" / "checkpoints").exists()
@@ -253,11 +259,12 @@ class _FirstEnvSucceeds:
 
 def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_them(tmp_path, demos, capsys):
     from ctrl_rl.envs import make_env
-    from ctrl_rl.learn.vla import ChunkCollector, SuccessBuffer
+    from ctrl_rl.vla.rollouts import ChunkCollector, SuccessBuffer
 
     short = ENV.replace("max_episode_steps=15", "max_episode_steps=4")
-    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2, sil_coef=1.0,
+    algo, data = _agent("regression", demos, "vla_rl", advantage="group", group_size=2, sil_coef=1.0,
                         sil_steps=2)
+    assert algo.success_capacity == 10000 and algo.batches_per_update() == {"demos": 3, "own": 2 * 2 + 2}
     env = _FirstEnvSucceeds(make_env(short + ",group_size=2", 4, seed=0))
     collector = ChunkCollector(env, algo, 2, seed=0)
     ro = collector.collect()  # 2 chunks of 2 steps: one whole episode per env; env 0's succeeded
@@ -269,18 +276,19 @@ def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_th
     buf.add(collector.collect())  # two more rows; the FIFO keeps the newest 3
     env.close()
     assert len(buf) == 3 and buf.added == 4
-    info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions, "own": buf.sample})
+    info = algo.update(_rl_batch(algo, data, ro, buf))
     assert float(info["loss/self_imitation"]) > 0 and float(info["loss/self_imitation_steps"]) > 0
 
     # --ppo-epochs 0: no policy-gradient pass, only the self-imitation steps move the policy
-    algo, data = _agent("regression", demos, method="rl", advantage="group", group_size=2, sil_coef=1.0,
+    algo, data = _agent("regression", demos, "vla_rl", advantage="group", group_size=2, sil_coef=1.0,
                         sil_steps=1, ppo_epochs=0)
-    before = {k: v.clone() for k, v in algo.policy.state_dict().items()}
-    info = algo.update({"rollout": ro, "demos": _batch(data), "instructions": data.instructions, "own": buf.sample})
+    policy = algo.model.policy
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    info = algo.update(_rl_batch(algo, data, ro, buf))
     assert "loss/policy" not in info and float(info["stats/policy_steps"]) == 0
     assert float(info["loss/self_imitation_steps"]) > 0
-    assert any(not torch.equal(v, algo.policy.state_dict()[k]) for k, v in before.items())
-    assert torch.equal(before["head.log_std"], algo.policy.state_dict()["head.log_std"])  # only a PG pass moves it
+    assert any(not torch.equal(v, policy.state_dict()[k]) for k, v in before.items())
+    assert torch.equal(before["head.log_std"], policy.state_dict()["head.log_std"])  # only a PG pass moves it
 
     r, rc = _train(tmp_path, demos, "rl", "regression", ["--env", short, "--advantage", "group", "--group-size", "2",
                                                           "--num-envs", "4", "--rollout-chunks", "2",
@@ -293,29 +301,42 @@ def test_self_imitation_keeps_the_chunks_of_successful_episodes_and_trains_on_th
 
 def test_critic_warmup_trains_only_the_value_function_then_the_policy(demos):
     from ctrl_rl.envs import make_env
-    from ctrl_rl.learn.vla import ChunkCollector
+    from ctrl_rl.vla.rollouts import ChunkCollector
 
-    algo, data = _agent("regression", demos, method="rl", critic_warmup=1, value_epochs=2)
+    algo, data = _agent("regression", demos, "vla_rl", critic_warmup=1, value_epochs=2)
+    policy = algo.model.policy
     env = make_env(ENV, 2, seed=0)
     collector = ChunkCollector(env, algo, 2, seed=0)
-    policy0 = {k: v.clone() for k, v in algo.policy.state_dict().items()}
+    policy0 = {k: v.clone() for k, v in policy.state_dict().items()}
     value0 = {k: v.clone() for k, v in algo.value.state_dict().items()}
-    info = algo.update({"rollout": collector.collect(), "demos": _batch(data), "instructions": data.instructions})
+    info = algo.update(_rl_batch(algo, data, collector.collect()))
     assert "loss/policy" not in info and "stats/value_explained_var" in info
-    assert all(torch.equal(v, algo.policy.state_dict()[k]) for k, v in policy0.items())
+    assert all(torch.equal(v, policy.state_dict()[k]) for k, v in policy0.items())
     assert any(not torch.equal(v, algo.value.state_dict()[k]) for k, v in value0.items())
-    info = algo.update({"rollout": collector.collect(), "demos": _batch(data), "instructions": data.instructions})
+    info = algo.update(_rl_batch(algo, data, collector.collect()))
     env.close()
     assert "loss/policy" in info
-    assert any(not torch.equal(v, algo.policy.state_dict()[k]) for k, v in policy0.items())
+    assert any(not torch.equal(v, policy.state_dict()[k]) for k, v in policy0.items())
 
 
 def test_rl_starts_from_a_bc_run(tmp_path, demos, capsys):
+    from ctrl_rl.learn.checkpoint import load_checkpoint
+
     bc, rc = _train(tmp_path, demos, "bc", "tokens")
     assert rc == 0, capsys.readouterr().err
-    rl, rc = _train(tmp_path, demos, "rl", "tokens", ["--init", str(bc), "--num-envs", "2", "--rollout-chunks", "1",
-                                                       "--total-steps", "1"])
+    # the policy's shape fields (the head) come from the BC run: --head regression would not fit its weights; during
+    # the critic's warm-up the policy does not train, so the RL run's policy is the BC run's
+    rl, rc = _train(tmp_path, demos, "rl", "regression", ["--init", str(bc), "--num-envs", "2", "--rollout-chunks", "1",
+                                                          "--total-steps", "1", "--critic-warmup", "1"])
     assert rc == 0, capsys.readouterr().err
+    assert json.loads((rl / "config.json").read_text())["config"]["head"] == "tokens"
+    before = load_checkpoint(bc / "checkpoints" / "latest.pt")["algo_state"]["policy"]
+    after = load_checkpoint(rl / "checkpoints" / "latest.pt")["algo_state"]["policy"]
+    assert before.keys() == after.keys() and all(torch.equal(v, after[k]) for k, v in before.items())
+    # an --init that is no run: one sentence, nothing written
+    err = _error(capsys, ["train", "vla_rl", "--env", ENV, "--dataset", str(demos), "--init", str(tmp_path / "none"),
+                          *SMALL, "--run-dir", str(tmp_path / "x")])
+    assert "none" in err and not (tmp_path / "x").exists()
 
 
 def _error(capsys, argv) -> str:
@@ -327,7 +348,8 @@ def _error(capsys, argv) -> str:
 
 
 def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
-    base = ["train", "vla", "--dataset", str(demos), "--total-steps", "1", *SMALL]
+    base = ["train", "vla_bc", "--dataset", str(demos), "--total-steps", "1", *SMALL]
+    rl = ["train", "vla_rl", *base[2:]]
     # a camera the model expects that the dataset lacks
     err = _error(capsys, [*base,
                           "--env", "manip:Reach,cameras=wrist,image_size=24x32,language=true,max_episode_steps=15",
@@ -349,50 +371,59 @@ def test_bad_inputs_are_one_sentence_and_exit_2(tmp_path, demos, capsys):
     err = _error(capsys, [*base, "--env", ENV, "--lora-targets", "qq_proj", "--run-dir", str(tmp_path / "e")])
     assert "qq_proj" in err
     # a dataset that is not one
-    err = _error(capsys, ["train", "vla", "--env", ENV, "--dataset", str(tmp_path / "nope"), "--total-steps", "1",
+    err = _error(capsys, ["train", "vla_bc", "--env", ENV, "--dataset", str(tmp_path / "nope"), "--total-steps", "1",
                           *SMALL, "--run-dir", str(tmp_path / "f")])
     assert "nope" in err
     # a negative self-imitation weight
-    err = _error(capsys, [*base, "--env", ENV, "--method", "rl", "--sil-coef", "-1", "--run-dir", str(tmp_path / "g")])
+    err = _error(capsys, [*rl, "--env", ENV, "--sil-coef", "-1", "--run-dir", str(tmp_path / "g")])
     assert "--sil-coef -1" in err
     # no policy-gradient passes and no self-imitation steps: nothing would train the policy
-    err = _error(capsys, [*base, "--env", ENV, "--method", "rl", "--ppo-epochs", "0", "--run-dir", str(tmp_path / "h")])
+    err = _error(capsys, [*rl, "--env", ENV, "--ppo-epochs", "0", "--run-dir", str(tmp_path / "h")])
     assert "--ppo-epochs 0" in err and "--sil-steps 0" in err
-    for name in "abcdefgh":
+    # imitation-only steps without self-imitation would be read by nothing
+    err = _error(capsys, [*rl, "--env", ENV, "--sil-steps", "2", "--run-dir", str(tmp_path / "i")])
+    assert "--sil-steps 2" in err and "--sil-coef" in err
+    for name in "abcdefghi":
         assert not (tmp_path / name / "checkpoints").exists()
     shutil.rmtree(empty)
 
 
-def test_flags_the_method_never_reads_are_named():
-    from ctrl_rl.algos.vla import VLAConfig
-
-    assert VLAConfig(method="bc", sil_coef=1.0, advantage="group", habc_beta=0.1).unused_flags() == \
-        ["--habc-beta", "--advantage", "--sil-coef"]
-    assert VLAConfig(method="bc", critic_lr=1e-4).unused_flags() == ["--critic-lr"]
-    assert VLAConfig(method="habc", critic_lr=1e-4, habc_beta=0.1).unused_flags() == []
-    assert VLAConfig(method="rl", sil_coef=1.0, sil_steps=2, habc_warmup=3).unused_flags() == ["--habc-warmup"]
-    assert VLAConfig(method="rl", lr=1e-5, chunk=4).unused_flags() == []
+def test_each_algorithm_takes_only_the_flags_it_reads(tmp_path, demos, capsys):
+    """No config holds a flag its algorithm never reads: another VLA algorithm's flag is an unknown flag here, and
+    the old `--method` switch names the algorithm that replaced it."""
+    base = ["--env", ENV, "--dataset", str(demos), *SMALL]
+    for algo, flag in (("vla_bc", "--habc-beta"), ("vla_bc", "--sil-coef"), ("vla_habc", "--advantage"),
+                       ("vla_rl", "--habc-warmup"), ("vla_bc", "--rollout-chunks")):
+        err = _error(capsys, ["train", algo, *base, flag, "1", "--run-dir", str(tmp_path / "u")])
+        assert f"unknown flag {flag!r} for `ctrl-rl train {algo}`" in err
+    for method in ("bc", "habc", "rl"):
+        err = _error(capsys, ["train", "vla", "--method", method, *base, "--run-dir", str(tmp_path / "u")])
+        assert f"is now `ctrl-rl train vla_{method}`" in err
+    err = _error(capsys, ["train", "vla", *base, "--run-dir", str(tmp_path / "u")])
+    assert "['vla_bc', 'vla_habc', 'vla_rl']" in err
+    assert not (tmp_path / "u").exists()
 
 
 def test_bf16_and_gradient_checkpointing_train(demos):
     algo, data = _agent("flow", demos, bf16=True, gradient_checkpointing=True)
-    assert next(algo.policy.backbone.parameters()).dtype == torch.bfloat16
+    assert next(algo.model.policy.backbone.parameters()).dtype == torch.bfloat16
     info = algo.update(_batch(data))
     assert torch.isfinite(info["loss/actor"]) and algo.parameters_finite()
 
 
 def test_a_frozen_backbone_keeps_its_weights_while_the_head_trains(demos):
     algo, data = _agent("regression", demos, freeze_backbone=True)
-    backbone0 = {k: v.clone() for k, v in algo.policy.backbone.state_dict().items()}
-    head0 = {k: v.clone() for k, v in algo.policy.head.state_dict().items()}
+    policy = algo.model.policy
+    backbone0 = {k: v.clone() for k, v in policy.backbone.state_dict().items()}
+    head0 = {k: v.clone() for k, v in policy.head.state_dict().items()}
     algo.update(_batch(data))
-    assert all(torch.equal(v, algo.policy.backbone.state_dict()[k]) for k, v in backbone0.items())
-    assert any(not torch.equal(v, algo.policy.head.state_dict()[k]) for k, v in head0.items())
-    assert 0 < algo.trainable_fraction() < 1
+    assert all(torch.equal(v, policy.backbone.state_dict()[k]) for k, v in backbone0.items())
+    assert any(not torch.equal(v, policy.head.state_dict()[k]) for k, v in head0.items())
+    assert 0 < algo.model.trainable_fraction() < 1
 
 
 def test_a_proprioception_of_another_width_is_refused(tmp_path, demos, capsys):
-    err = _error(capsys, ["train", "vla", "--env", ENV, "--dataset", str(demos), "--total-steps", "1", *SMALL,
+    err = _error(capsys, ["train", "vla_bc", "--env", ENV, "--dataset", str(demos), "--total-steps", "1", *SMALL,
                           "--state-key", "observation.state+observation.environment_state",
                           "--run-dir", str(tmp_path / "w")])
     assert "--proprio-columns" in err and "dims" in err
