@@ -217,7 +217,9 @@ def _check_parts(spec: EnvSpec, need) -> None:
 def _rows_differ(a: Obs, b: Obs, n: int) -> torch.Tensor:
     """``[N]`` bool: row i of ``a`` differs from row i of ``b`` in at least one element of one part."""
     if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)  # _check_obs has checked both against the spec: one form
         return (a.reshape(n, -1) != b.reshape(n, -1)).any(dim=1)  # [N]
+    assert isinstance(b, dict)
     differ = torch.zeros(n, dtype=torch.bool, device=next(iter(a.values())).device)  # [N]
     for k, v in a.items():
         differ |= (v.reshape(n, -1) != b[k].reshape(n, -1)).any(dim=1)

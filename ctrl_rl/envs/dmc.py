@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 
@@ -46,7 +47,7 @@ def _patch_dm_control_sizes() -> None:
     global _PATCHED
     if _PATCHED:
         return
-    import mujoco
+    mujoco = import_mujoco()
 
     with warnings.catch_warnings():
         # dm_control probes GLFW for rendering on import; without a display that only warns (we never render here)

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 import numpy as np
@@ -62,6 +62,9 @@ from ctrl_rl.core.obs import Obs, ObsPart
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
+
+if TYPE_CHECKING:
+    import gymnasium
 
 # The observation part of an image task (Atari's stacked grayscale frames).
 IMAGE_PART = "image/frames"
@@ -295,6 +298,13 @@ def _obs_keys(task: str, obs_space: Any) -> list[str] | None:
     return sorted(k for k in obs_space.spaces if k not in foreign)
 
 
+def _numel(space: gymnasium.spaces.Space) -> int:
+    """Elements of one sample of a part of a dict observation (a Box in envpool: it has a shape)."""
+    if space.shape is None:
+        raise ValueError(f"envpool observation part {space} has no shape: expected a Box")
+    return int(np.prod(space.shape))
+
+
 def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSpec:
     """The EnvSpec of a task from envpool's spec object (config, spec class) and its gymnasium spaces."""
     import gymnasium
@@ -306,7 +316,7 @@ def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSp
         obs_shape: tuple[int, ...] = ()  # no 'state' part
         obs_parts = (ObsPart(IMAGE_PART, tuple(int(s) for s in obs_space.shape), torch.uint8),)
     elif isinstance(obs_space, gymnasium.spaces.Dict):
-        obs_shape = (sum(int(np.prod(obs_space[k].shape)) for k in _obs_keys(task, obs_space) or ()),)
+        obs_shape = (sum(_numel(obs_space[k]) for k in _obs_keys(task, obs_space) or ()),)
     else:
         obs_shape = tuple(int(s) for s in obs_space.shape)
     discrete = isinstance(act_space, gymnasium.spaces.Discrete)

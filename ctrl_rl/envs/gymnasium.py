@@ -29,6 +29,7 @@ import gymnasium  # the real package: ctrl_rl uses absolute imports, so this mod
 import numpy as np
 import torch
 
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 
@@ -47,7 +48,7 @@ def filter_mujoco_warnings() -> None:
         return
     _warning_filter_installed = True
     try:
-        import mujoco
+        mujoco = import_mujoco()
     except ImportError:  # not a MuJoCo install: nothing to filter
         return
     if mujoco.get_mju_user_warning() is not None:  # someone else's handler: leave it alone
@@ -99,6 +100,7 @@ def _spec(env_id: str, single: gymnasium.Env) -> EnvSpec:
     dt = float(getattr(unwrapped, "dt", getattr(unwrapped, "tau", 0.0)))  # CartPole calls it tau
     max_steps = single.spec.max_episode_steps if single.spec is not None else None
     obs_space, act_space = single.observation_space, single.action_space
+    assert isinstance(obs_space, gymnasium.spaces.Box)  # _make_one flattens every other observation space
     if isinstance(act_space, gymnasium.spaces.Discrete):
         if int(act_space.start) != 0:
             raise ValueError(f"gymnasium env {env_id!r} has Discrete(start={act_space.start}); expected start 0.")
@@ -164,6 +166,7 @@ class GymnasiumEnv:
         else:
             self.spec = gym_spec(env_id, **make_kwargs)
         act_space = self._vec.single_action_space
+        assert act_space.shape is not None  # a Box or Discrete space (_spec refuses the others): both have a shape
         self._action_shape = (self.num_envs,) if self.spec.discrete else (self.num_envs, self.spec.action_dim)
         self._act_space_shape = act_space.shape
         self._action_dtype = act_space.dtype

@@ -151,6 +151,26 @@ class BatchedEnv(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class AsyncEnv(Protocol):
+    """The split step that pipelined collection uses, where a simulator has it (envpool, and every ``Wrapper``):
+    ``step_async(action)`` starts a step, ``step_wait()`` returns its ``StepOut``."""
+
+    def step_async(self, action: torch.Tensor) -> None: ...
+
+    def step_wait(self) -> StepOut: ...
+
+
+@runtime_checkable
+class StatefulEnv(Protocol):
+    """An env whose state travels with checkpoints (every backend: seeds and counters, or the full simulator state
+    of the torch-native ones)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, d: dict[str, Any]) -> None: ...
+
+
 def action_to_numpy(action: torch.Tensor, spec: EnvSpec, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """``action`` as a NumPy array of ``dtype`` for a NumPy simulator, after checking it against the contract:
     shape ``shape`` (``[N,A]``, or ``[N]`` for discrete actions) and, for discrete envs, an integer dtype."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import cast
 
 import torch
 
 from ctrl_rl.core.nets import RunningNorm
 from ctrl_rl.core.obs import Obs
-from ctrl_rl.envs.protocol import BatchedEnv, EnvSpec, StepOut
+from ctrl_rl.envs.protocol import AsyncEnv, BatchedEnv, EnvSpec, StatefulEnv, StepOut
 
 
 class Wrapper:
@@ -49,11 +50,12 @@ class Wrapper:
     def supports_async(self) -> bool:
         return hasattr(self.unwrapped(), "step_async")
 
+    # Callers check ``supports_async`` first: the env has the split step (a Wrapper, or the simulator itself).
     def step_async(self, action: torch.Tensor) -> None:
-        self.env.step_async(self.act(action))
+        cast(AsyncEnv, self.env).step_async(self.act(action))
 
     def step_wait(self) -> StepOut:
-        return self.out(self.env.step_wait())
+        return self.out(cast(AsyncEnv, self.env).step_wait())
 
     def close(self) -> None:
         self.env.close()
@@ -65,12 +67,12 @@ class Wrapper:
         pass
 
     def state_dict(self) -> dict:
-        inner = self.env.state_dict() if hasattr(self.env, "state_dict") else {}
+        inner = self.env.state_dict() if isinstance(self.env, StatefulEnv) else {}
         return {"own": self.own_state(), "inner": inner}
 
     def load_state_dict(self, state: dict) -> None:
         self.load_own_state(state["own"])
-        if hasattr(self.env, "load_state_dict"):
+        if isinstance(self.env, StatefulEnv):
             self.env.load_state_dict(state["inner"])
 
     def unwrapped(self) -> BatchedEnv:
@@ -184,19 +186,23 @@ class ObsNormalize(Wrapper):
         self.update = update
 
     def _apply(self, obs: Obs) -> Obs:
-        if self._flat:  # the usual case: the observation is the state tensor
+        if isinstance(obs, torch.Tensor):  # the usual case (a flat env): the observation is the state tensor
             return self.norm(obs)
         return {**obs, "state": self.norm(obs["state"])}  # a new dict: the env's own dict is left as it was
+
+    @staticmethod
+    def _state(obs: Obs) -> torch.Tensor:
+        return obs if isinstance(obs, torch.Tensor) else obs["state"]
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
         if self.update:
-            self.norm.update(obs if self._flat else obs["state"])
+            self.norm.update(self._state(obs))
         return self._apply(obs)
 
     def out(self, out: StepOut) -> StepOut:
         if self.update:
-            self.norm.update(out.obs if self._flat else out.obs["state"])
+            self.norm.update(self._state(out.obs))
         out.final_obs = self._apply(out.final_obs)
         out.obs = self._apply(out.obs)
         return out
@@ -227,7 +233,8 @@ class RewardScale(Wrapper):
         self.acc.mul_(self.gamma).add_(out.reward)  # [N]
         self.norm.merge(self.acc.mean(0), self.acc.var(0, unbiased=False), self._n)
         self.acc.masked_fill_(out.terminated | out.truncated, 0.0)
-        out.reward = (out.reward * torch.rsqrt(self.norm.var + self.eps)).clamp_(-self.clip, self.clip)  # [N]
+        var = cast(torch.Tensor, self.norm.var)  # a buffer; RunningNorm (core/nets.py) does not declare its type
+        out.reward = (out.reward * torch.rsqrt(var + self.eps)).clamp_(-self.clip, self.clip)  # [N]
         return out
 
     def own_state(self) -> dict:

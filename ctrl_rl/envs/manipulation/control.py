@@ -39,6 +39,8 @@ import math
 
 import numpy as np
 
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
+
 IK_DAMPING = 0.05  # lambda of the damped least squares (m / rad)
 NULL_GAIN = 0.05  # fraction of the home-pose error removed per step in the null space
 IK_ITERATIONS = 2  # Gauss-Newton passes per control step
@@ -97,7 +99,7 @@ class DiffIK:
     """
 
     def __init__(self, model, site_id: int, qpos_idx: np.ndarray, dof_idx: np.ndarray, robot, action: str) -> None:
-        import mujoco
+        mujoco = import_mujoco()
 
         self._mj = mujoco
         self.model, self.site_id = model, site_id

@@ -29,12 +29,12 @@ run re-seeds and continues with fresh episodes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from ctrl_rl.core.obs import ObsPart
+from ctrl_rl.core.obs import Obs, ObsPart
 from ctrl_rl.envs.manipulation.config import ManipConfig
 from ctrl_rl.envs.manipulation.sim import LANGUAGE_LEN, PROPRIO_DIM
 from ctrl_rl.envs.manipulation.tasks import TASK_INFO
@@ -42,6 +42,10 @@ from ctrl_rl.envs.protocol import EnvSpec, RobotStateLayout, StepOut, action_to_
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import RobotSpec, franka_droid
+
+if TYPE_CHECKING:
+    from ctrl_rl.envs.manipulation.sim import SimGroup
+    from ctrl_rl.envs.manipulation.workers import ProcessSimGroup
 
 # the first 10 proprio columns (sim.py): 7 joint positions, then the end-effector position
 STATE_LAYOUT = RobotStateLayout(joint_position=(0, 7), ee_position=(7, 10))
@@ -104,6 +108,7 @@ class ManipEnv:
         self._resets = 0
         self._episodes = 0
         self._started = False
+        self._group: SimGroup | ProcessSimGroup | None  # None once closed
         if cfg.workers > 0:
             from ctrl_rl.envs.manipulation.workers import ProcessSimGroup
 
@@ -130,14 +135,14 @@ class ManipEnv:
 
     # ---- the BatchedEnv protocol ---------------------------------------------------------------------------------
 
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> Obs:
         """Start a new episode in every env; with ``seed`` (or the construction seed the first time) re-seed."""
         if seed is None:
             seed = self._pending_seed if self._pending_seed is not None else (None if self._started else self._seed)
         self._pending_seed = None
         if seed is not None:
             self._seed = int(seed)
-        out = self._group.reset(seed)
+        out = self._live_group().reset(seed)
         self._set_instructions(out["phrasing"])
         self._resets += 1
         self._started = True
@@ -148,7 +153,7 @@ class ManipEnv:
         if not self._started:
             raise RuntimeError(f"{self.spec.env_id}: call reset() before the first step().")
         act = action_to_numpy(action, self.spec, self._action_shape, np.float64)  # [N,A]
-        out = self._group.step(act)
+        out = self._live_group().step(act)
         done = out["terminated"] | out["truncated"]  # [N]
         self._episodes += int(done.sum())
         self._set_instructions(out["next_phrasing"])
@@ -162,6 +167,11 @@ class ManipEnv:
             info={"success": t(out["success"]), "elapsed_step": t(out["elapsed"]),
                   "instruction_index": t(out["phrasing"])},
         )
+
+    def _live_group(self) -> SimGroup | ProcessSimGroup:
+        if self._group is None:
+            raise RuntimeError(f"{self.spec.env_id}: the env is closed; expected reset() and step() before close().")
+        return self._group
 
     def close(self) -> None:
         group, self._group = getattr(self, "_group", None), None
@@ -184,7 +194,7 @@ class ManipEnv:
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(x)).to(self.device)
 
-    def _obs(self, arrays: dict[str, np.ndarray], copy: bool = False):
+    def _obs(self, arrays: dict[str, np.ndarray], copy: bool = False) -> Obs:
         """The group's arrays as the spec's observation form (a plain ``[N,O]`` tensor or a dict of parts);
         ``copy`` gives tensors that share no memory with ``arrays`` (``final_obs`` may alias ``obs``)."""
         conv = (lambda x: torch.tensor(x, device=self.device)) if copy else self._tensor

@@ -18,6 +18,8 @@ import os
 
 import numpy as np
 
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
@@ -46,7 +48,7 @@ class CameraRenderer:
     """Renders named cameras of any env of one task at ``height x width`` (see the module docstring)."""
 
     def __init__(self, model, height: int, width: int) -> None:
-        import mujoco
+        mujoco = import_mujoco()
 
         if width > model.vis.global_.offwidth or height > model.vis.global_.offheight:
             raise ValueError(f"image {height}x{width} exceeds the offscreen buffer "
@@ -68,8 +70,10 @@ class CameraRenderer:
 
     def render(self, model, data, camera_id: int, out: np.ndarray | None = None) -> np.ndarray:
         """The image of camera ``camera_id`` in ``(model, data)`` as uint8 ``[3,H,W]`` (written into ``out``)."""
-        mj = self._mujoco
-        self._gl.make_current()
+        mj, gl = self._mujoco, self._gl
+        if gl is None:
+            raise RuntimeError("CameraRenderer.render() after close(): expected a renderer that is still open.")
+        gl.make_current()
         self._cam.fixedcamid = camera_id
         mj.mjv_updateScene(model, data, self._opt, None, self._cam, mj.mjtCatBit.mjCAT_ALL, self._scene)
         mj.mjr_render(self._rect, self._scene, self._mjr)
@@ -80,14 +84,15 @@ class CameraRenderer:
         return out
 
     def close(self) -> None:
-        if self._gl is None:
+        gl, mjr = self._gl, self._mjr
+        if gl is None or mjr is None:  # closed already (the two are made and dropped together)
             return
         # GL object ids belong to a context: freeing them while another renderer's context is current would
         # delete that renderer's buffers and textures (it then renders black), so this context goes first.
-        self._gl.make_current()
-        self._mjr.free()
+        gl.make_current()
+        mjr.free()
         self._mjr = None
-        self._gl.free()
+        gl.free()
         self._gl = None
 
     def __del__(self):

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import RobotSpec
 
@@ -96,7 +97,7 @@ def look_at(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 
 def mat_to_quat(r: np.ndarray) -> np.ndarray:
     """Unit quaternion (w, x, y, z), w >= 0, of a 3x3 rotation matrix."""
-    import mujoco
+    mujoco = import_mujoco()
 
     q = np.empty(4)
     mujoco.mju_mat2Quat(q, np.ascontiguousarray(r, dtype=np.float64).ravel())
@@ -238,7 +239,7 @@ def scene_xml(task: str) -> str:
 def build_model(task: str, robot: RobotSpec):
     """The compiled ``mujoco.MjModel`` of ``task``'s scene with ``robot``'s limits, cached per (task, robot): shared,
     so copy it before changing it (domain randomisation does)."""
-    import mujoco
+    mujoco = import_mujoco()
 
     spec = mujoco.MjSpec.from_string(scene_xml(task))
     for i, name in enumerate(JOINT_NAMES):

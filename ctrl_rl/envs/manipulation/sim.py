@@ -37,6 +37,7 @@ import numpy as np
 
 from ctrl_rl.envs.manipulation import scene, tasks
 from ctrl_rl.envs.manipulation.control import DiffIK, euler_to_mat, mat_to_euler
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
 
 PROPRIO_DIM = 14
 LANGUAGE_LEN = 64
@@ -68,7 +69,7 @@ class ManipSim:
     """
 
     def __init__(self, task: str, cfg, robot, base_model) -> None:
-        import mujoco
+        mujoco = import_mujoco()
 
         self._mj = mujoco
         self.task, self.cfg, self.robot = task, cfg, robot
@@ -288,11 +289,14 @@ class SimGroup:
         [n,L]`` (only the parts the config asks for)."""
         rows = range(self.n) if rows is None else rows
         obs = {"state": np.stack([self.sims[i].state() for i in rows])}  # [n,O]
+        renderer = self.renderer  # made in __init__ when the config has cameras; None again after close()
         for cam in self.cfg.cameras:
+            if renderer is None:
+                raise RuntimeError(f"manip:{self.task}: camera {cam!r} cannot be rendered after close().")
             imgs = np.empty((len(rows), 3, *self.cfg.image_size), dtype=np.uint8)  # [n,3,H,W]
             for k, i in enumerate(rows):
                 sim = self.sims[i]
-                self.renderer.render(sim.model, sim.data, sim.camera_ids[cam], out=imgs[k])
+                renderer.render(sim.model, sim.data, sim.camera_ids[cam], out=imgs[k])
             obs[f"image/{cam}"] = imgs
         if self.cfg.language:
             obs["language"] = np.stack([encode_instruction(self.info.instructions[self.phrasing[i]]) for i in rows])
@@ -327,7 +331,7 @@ class SimGroup:
         done = np.flatnonzero(terminated | truncated)
         obs = final
         if done.size:
-            for i in done:
+            for i in done.tolist():
                 self._reset_one(i)
             fresh = self._observe(done)
             obs = {k: v.copy() for k, v in final.items()}

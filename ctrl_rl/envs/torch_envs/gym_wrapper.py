@@ -71,7 +71,9 @@ class SingleEnvGym(gym.Env):
             a = torch.as_tensor(np.asarray(action, dtype=np.float32).reshape(1, -1), device=env.device)  # [1,A]
         out = env.step(a)
         # final_obs, not obs: for the env that just ended, obs already holds the next episode's start.
-        obs = out.final_obs[0].cpu().numpy().copy()
+        final = out.final_obs
+        assert isinstance(final, torch.Tensor)  # a flat torch env, as the one Box observation_space says
+        obs = final[0].cpu().numpy().copy()
         return obs, float(out.reward[0]), bool(out.terminated[0]), bool(out.truncated[0]), {}
 
     def close(self) -> None:
