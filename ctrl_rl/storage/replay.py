@@ -24,7 +24,17 @@ from collections.abc import Sequence
 
 import torch
 
-from ctrl_rl.core.obs import Obs, ObsPart, is_flat, obs_batch_size, obs_cat, obs_map, parts_from_shape, state_shape
+from ctrl_rl.core.obs import (
+    Obs,
+    ObsPart,
+    is_flat,
+    obs_batch_size,
+    obs_cat,
+    obs_index,
+    obs_map,
+    parts_from_shape,
+    state_shape,
+)
 from ctrl_rl.core.types import Transition
 
 _FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -85,26 +95,14 @@ class ReplayBuffer:
         With several observation parts ``obs`` and ``next_obs`` are dicts of ``[N,*part.shape]``;
         integer parts (images, token ids) must come in the part's dtype, float parts are cast.
         """
-        if self.flat:
-            n = obs.shape[0]
-            if tuple(obs.shape[1:]) != self.obs_shape or tuple(next_obs.shape) != tuple(obs.shape):
-                raise ValueError(f"replay expects obs and next_obs of shape [N,{self.obs_shape}], got "
-                                 f"{tuple(obs.shape)} "
-                                 f"and {tuple(next_obs.shape)}")
-        else:
-            n = self._check_parts(obs, next_obs)
+        n = self._check_flat(obs, next_obs) if self.flat else self._check_parts(obs, next_obs)
         if reward.shape != (n,) or terminated.shape != (n,) or truncated.shape != (n,):
             raise ValueError(f"replay expects reward/terminated/truncated of shape [{n}]")
         if n > self.capacity:
             raise ValueError(f"a step of {n} envs does not fit a replay buffer of capacity {self.capacity}")
         idx = (self.ptr + torch.arange(n, device=self.device)) % self.capacity  # [N]
-        if self.flat:
-            self.obs.index_copy_(0, idx, obs.to(self.obs.dtype))
-            self.next_obs.index_copy_(0, idx, next_obs.to(self.obs.dtype))
-        else:
-            for k, buf in self.obs.items():  # one indexed copy per part, [C,*part.shape]
-                buf.index_copy_(0, idx, obs[k].to(buf.dtype))
-                self.next_obs[k].index_copy_(0, idx, next_obs[k].to(buf.dtype))
+        _index_copy(self.obs, idx, obs)
+        _index_copy(self.next_obs, idx, next_obs)
         self.action.index_copy_(0, idx, action.to(self.action.dtype).reshape(n, *self.action.shape[1:]))
         self.reward.index_copy_(0, idx, reward.to(self.reward.dtype))
         self.terminated.index_copy_(0, idx, terminated.bool())
@@ -113,13 +111,27 @@ class ReplayBuffer:
         self.size = min(self.size + n, self.capacity)
         self.added += n
 
-    def _check_parts(self, obs: dict[str, torch.Tensor], next_obs: dict[str, torch.Tensor]) -> int:
-        """Both observations hold every part with its shape (and dtype, for integer parts); returns N."""
+    def _check_flat(self, obs: Obs, next_obs: Obs) -> int:
+        """Both observations are ``[N,O]`` tensors of one shape; returns N."""
+        if not isinstance(obs, torch.Tensor) or not isinstance(next_obs, torch.Tensor):
+            raise ValueError(f"replay expects obs and next_obs as tensors of shape [N,{self.obs_shape}], got a "
+                             f"{type(obs).__name__} and a {type(next_obs).__name__}")
+        if tuple(obs.shape[1:]) != self.obs_shape or tuple(next_obs.shape) != tuple(obs.shape):
+            raise ValueError(f"replay expects obs and next_obs of shape [N,{self.obs_shape}], got "
+                             f"{tuple(obs.shape)} "
+                             f"and {tuple(next_obs.shape)}")
+        return obs.shape[0]
+
+    def _as_parts(self, what: str, o: Obs) -> dict[str, torch.Tensor]:
         names = [p.name for p in self.obs_parts]
-        for what, o in (("obs", obs), ("next_obs", next_obs)):
-            if not isinstance(o, dict) or sorted(o) != sorted(names):
-                got = f"parts {list(o)}" if isinstance(o, dict) else f"a {type(o).__name__}"
-                raise ValueError(f"replay expects {what} as a dict of the parts {names}, got {got}")
+        if not isinstance(o, dict) or sorted(o) != sorted(names):
+            got = f"parts {list(o)}" if isinstance(o, dict) else f"a {type(o).__name__}"
+            raise ValueError(f"replay expects {what} as a dict of the parts {names}, got {got}")
+        return o
+
+    def _check_parts(self, obs: Obs, next_obs: Obs) -> int:
+        """Both observations hold every part with its shape (and dtype, for integer parts); returns N."""
+        obs, next_obs = self._as_parts("obs", obs), self._as_parts("next_obs", next_obs)
         n = obs_batch_size(obs)
         for p in self.obs_parts:
             for what, v in (("obs", obs[p.name]), ("next_obs", next_obs[p.name])):
@@ -134,11 +146,8 @@ class ReplayBuffer:
         return torch.randint(0, self.size, (batch_size,), generator=generator, device=self.device)  # [B]
 
     def gather(self, idx: torch.Tensor) -> Transition:
-        if self.flat:
-            return Transition(self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx],
-                              self.terminated[idx], self.truncated[idx])
-        return Transition({k: v[idx] for k, v in self.obs.items()}, self.action[idx], self.reward[idx],
-                          {k: v[idx] for k, v in self.next_obs.items()}, self.terminated[idx], self.truncated[idx])
+        return Transition(obs_index(self.obs, idx), self.action[idx], self.reward[idx], obs_index(self.next_obs, idx),
+                          self.terminated[idx], self.truncated[idx])
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transition:
         """``batch_size`` transitions drawn uniformly with replacement from the filled rows."""
@@ -172,6 +181,18 @@ class ReplayBuffer:
         self.ptr, self.size, self.added = int(state["ptr"]), size, int(state["added"])
 
 
+def _index_copy(dst: Obs, idx: torch.Tensor, src: Obs) -> None:
+    """Rows ``idx`` of ``dst`` (``[C,...]``, or a dict of per-part buffers) set to ``src`` cast to their dtype: one
+    indexed copy per part. ``src`` has the form of ``dst`` (``add`` has checked it)."""
+    if isinstance(dst, torch.Tensor):
+        assert isinstance(src, torch.Tensor)
+        dst.index_copy_(0, idx, src.to(dst.dtype))
+        return
+    assert isinstance(src, dict)
+    for k, buf in dst.items():  # [C,*part.shape]
+        buf.index_copy_(0, idx, src[k].to(buf.dtype))
+
+
 class MixedSampler:
     """Draws a fixed fraction of every batch from a second buffer (e.g. offline data next to online data).
 
@@ -193,5 +214,6 @@ class MixedSampler:
         parts = [b.sample(n, generator) for b, n in ((self.first, n1), (self.second, n2)) if n > 0]
         if len(parts) == 1:
             return parts[0]
-        return Transition(*(obs_cat([getattr(p, f) for p in parts]) for f in
-                            ("obs", "action", "reward", "next_obs", "terminated", "truncated")))
+        return Transition(obs_cat([p.obs for p in parts]), torch.cat([p.action for p in parts]),
+                          torch.cat([p.reward for p in parts]), obs_cat([p.next_obs for p in parts]),
+                          torch.cat([p.terminated for p in parts]), torch.cat([p.truncated for p in parts]))

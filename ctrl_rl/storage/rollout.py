@@ -39,13 +39,8 @@ class RolloutStorage:
     def add(self, t: int, obs: Obs, action: torch.Tensor, logp: torch.Tensor, out: StepOut,
             envs: slice = slice(None)) -> None:
         """Write step ``t`` of the envs in ``envs`` (all by default; a slice for one group of a pipelined collector)."""
-        if self.flat:
-            self.obs[t, envs].copy_(obs)
-            self.final_obs[t, envs].copy_(out.final_obs)
-        else:
-            for k, buf in self.obs.items():  # [T,N,*part.shape] each
-                buf[t, envs].copy_(obs[k])
-                self.final_obs[k][t, envs].copy_(out.final_obs[k])
+        _copy_step(self.obs, t, envs, obs)
+        _copy_step(self.final_obs, t, envs, out.final_obs)
         self.action[t, envs].copy_(action)
         self.logp[t, envs].copy_(logp)
         self.reward[t, envs].copy_(out.reward)
@@ -54,3 +49,17 @@ class RolloutStorage:
 
     def rollout(self) -> Rollout:
         return Rollout(self.obs, self.action, self.logp, self.reward, self.terminated, self.truncated, self.final_obs)
+
+
+def _copy_step(dst: Obs, t: int, envs: slice, src: Obs) -> None:
+    """``dst[t, envs] = src`` for a ``[T,N,...]`` buffer, or part by part for a dict of them. ``src`` has the form
+    of ``dst``: both follow ``spec.parts`` (a plain tensor for a flat env, a dict of parts otherwise)."""
+    if isinstance(dst, torch.Tensor):
+        if not isinstance(src, torch.Tensor):
+            raise TypeError(f"rollout storage of flat observations got a {type(src).__name__}: expected a tensor")
+        dst[t, envs].copy_(src)
+        return
+    if not isinstance(src, dict):
+        raise TypeError(f"rollout storage of the parts {list(dst)} got a {type(src).__name__}: expected a dict")
+    for k, buf in dst.items():  # [T,N,*part.shape] each
+        buf[t, envs].copy_(src[k])

@@ -145,11 +145,11 @@ def read_d4rl(path: str | Path, obs_dim: int | None = None, action_dim: int | No
     metadata: dict[str, Any] = {}
     with open_hdf5(path) as f:
         attrs = {k: _scalar(v) for k, v in f.attrs.items()}
-        names: list[str] = []
-        f.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
-        for name in names:
+        datasets: list[tuple[str, h5py.Dataset]] = []
+        f.visititems(lambda name, item: datasets.append((name, item)) if isinstance(item, h5py.Dataset) else None)
+        for name, dataset in datasets:
             try:
-                value = f[name][()]
+                value = dataset[()]
             except (OSError, RuntimeError) as e:
                 raise UserInputError(f"{source}: dataset '{name}' cannot be read ({e}): expected a complete HDF5 "
                                      f"file, so the file is probably truncated") from None
@@ -183,11 +183,15 @@ def read_d4rl(path: str | Path, obs_dim: int | None = None, action_dim: int | No
     check_finite(source, {k: rows[k] for k in ("observations", "actions", "rewards", "next_observations") if k in rows})
     check_flags(source, {k: rows[k] for k in FLAG_KEYS if k in rows})
 
-    def get(key: str, dtype: type) -> np.ndarray | None:  # d4rl casts to float32 too
-        return rows[key].astype(dtype, copy=False) if key in rows else None
+    def get(key: str, dtype: type) -> np.ndarray:  # d4rl casts to float32 too
+        return rows[key].astype(dtype, copy=False)
+
+    def get_optional(key: str, dtype: type) -> np.ndarray | None:
+        return get(key, dtype) if key in rows else None
 
     return D4RLFile(source, get("observations", np.float32), get("actions", np.float32), get("rewards", np.float32),
-                    get("terminals", bool), get("timeouts", bool), get("next_observations", np.float32),
+                    get("terminals", bool), get_optional("timeouts", bool),
+                    get_optional("next_observations", np.float32),
                     infos={k: v for k, v in rows.items() if k.startswith("infos/")}, metadata=metadata, attrs=attrs)
 
 

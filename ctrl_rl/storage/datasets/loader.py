@@ -89,7 +89,7 @@ def infer_env_id(path_or_id: str | Path, minari_root: str | Path | None = None) 
         import h5py  # an optional dependency: open_hdf5 has said how to install it when it is missing
 
         record = f.attrs.get(META_ATTR)
-        shapes = {k: f[k].shape for k in ("observations", "actions") if isinstance(f.get(k), h5py.Dataset)}
+        shapes = {k: d.shape for k in ("observations", "actions") if isinstance(d := f.get(k), h5py.Dataset)}
     if record is not None:
         return DatasetMeta.from_json(str(record), str(where)).env_id or None
     m = _D4RL_NAME.fullmatch(Path(where).stem)

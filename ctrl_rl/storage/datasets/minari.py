@@ -128,7 +128,8 @@ def load_minari(dataset_id: str, root: str | Path | None = None, obs_dim: int | 
     check_flags(source, flags)
     check_dims(source, arrays["observations"], arrays["actions"], obs_dim, None if discrete else action_dim,
                discrete=discrete)
-    if discrete and action_dim is not None and int(dataset.action_space.n) != action_dim:
+    if isinstance(dataset.action_space, gym.spaces.Discrete) and action_dim is not None \
+            and int(dataset.action_space.n) != action_dim:
         raise UserInputError(f"{source} has {dataset.action_space.n} discrete actions: "
                              f"expected {action_dim} for this env")
     check_finite(source, arrays)

@@ -341,10 +341,12 @@ def _episodes_v2(root: Path, info: dict[str, Any], features: dict[str, dict[str,
     index = [r.get("episode_index") for r in rows]
     if index != list(range(K)):
         raise UserInputError(f"{path} has episode indices {index[:10]}: expected 0, 1, ..., {K - 1} once each")
-    lengths = [r.get("length") for r in rows]
-    bad = [e for e, n in enumerate(lengths) if not isinstance(n, int) or isinstance(n, bool) or n < 1]
-    if bad:
-        raise UserInputError(f"{path}: episode {bad[0]} has length {lengths[bad[0]]!r}: expected a positive integer")
+    lengths: list[int] = []
+    for e, r in enumerate(rows):
+        n = r.get("length")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise UserInputError(f"{path}: episode {e} has length {n!r}: expected a positive integer")
+        lengths.append(n)
     chunks = info.get("chunks_size", 1000)
     if not isinstance(chunks, int) or chunks < 1:
         raise UserInputError(f"{root / INFO_PATH} has chunks_size {chunks!r}: expected a positive integer")
@@ -456,7 +458,8 @@ def column_to_numpy(source: str, name: str, column, ft: dict[str, Any]) -> np.nd
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and rows:
-        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)  # [T] variable lists: all shape[0]
+        # call_function: pyarrow.compute makes list_value_length and list_flatten at import, so no stub has them
+        lengths = pc.call_function("list_value_length", [column]).to_numpy(zero_copy_only=False)  # [T]: all shape[0]
         if (lengths != shape[0]).any():
             bad = int(np.flatnonzero(lengths != shape[0])[0])
             raise UserInputError(f"{source}: column {name!r} has a row of {lengths[bad]} values (row {bad}): "
@@ -464,7 +467,7 @@ def column_to_numpy(source: str, name: str, column, ft: dict[str, Any]) -> np.nd
     values = column
     while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
             pa.types.is_fixed_size_list(values.type):
-        values = pc.list_flatten(values)
+        values = pc.call_function("list_flatten", [values])
     if ft["dtype"] == "string":
         if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
             raise UserInputError(f"{source}: column {name!r} has Arrow type {column.type}: expected strings "

@@ -23,11 +23,15 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ctrl_rl.errors import UserInputError
+
+if TYPE_CHECKING:
+    from av.container import OutputContainer
+    from av.video.stream import VideoStream
 
 ENCODERS = ("libsvtav1", "libaom-av1", "libx264")
 """Encoders in order of preference when none is asked for."""
@@ -100,8 +104,8 @@ class VideoFileWriter:
             self._options["bf"] = "0"  # no B-frames: decode order = display order, so appended episodes keep
             # increasing decode timestamps (an episode of one frame has no reorder delay, the next would)
         self._encoder = encoder
-        self._container = None  # opened with the first episode, whose stream is the template
-        self._stream = None
+        # the file and its stream: opened with the first episode, whose stream is the template
+        self._out: tuple[OutputContainer, VideoStream] | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def add_episode(self, frames: np.ndarray) -> tuple[float, float]:
@@ -114,19 +118,24 @@ class VideoFileWriter:
             self._encode(part, frames)
             with av.open(str(part)) as source:
                 stream = source.streams.video[0]
-                if self._container is None:
-                    self._container = av.open(str(self.path), "w")
-                    self._stream = self._container.add_stream_from_template(stream, opaque=True)
-                    self._stream.time_base = stream.time_base
-                shift = round(self.frames / (self.fps * stream.time_base))  # start of the episode, stream units
+                time_base = stream.time_base
+                assert time_base is not None  # the mp4 _encode has just written: its stream has a time base
+                if self._out is None:
+                    container = av.open(str(self.path), "w")
+                    template = container.add_stream_from_template(stream, opaque=True)
+                    template.time_base = time_base
+                    self._out = (container, template)
+                container, out_stream = self._out
+                shift = round(self.frames / (self.fps * time_base))  # start of the episode, stream units
                 for packet in source.demux(stream):
                     if packet.dts is None:  # the demuxer's end-of-stream packet
                         continue
+                    assert packet.pts is not None  # an mp4 packet with a decode time has a presentation time
                     packet.pts += shift
                     packet.dts += shift
-                    packet.stream = self._stream
+                    packet.stream = out_stream
                     self.bytes += packet.size
-                    self._container.mux(packet)
+                    container.mux(packet)
         finally:
             part.unlink(missing_ok=True)
         start = self.frames
@@ -137,14 +146,17 @@ class VideoFileWriter:
         av = self._av
         with _quiet_svt(), av.open(str(path), "w") as out:
             stream = out.add_stream(self._encoder, rate=self.fps, options=self._options)
+            if not isinstance(stream, av.VideoStream):
+                raise UserInputError(f"encoder {self._encoder!r} is not a video encoder: expected one such as "
+                                     f"{', '.join(ENCODERS)}")
             stream.width, stream.height, stream.pix_fmt = self.width, self.height, "yuv420p"
             for image in frames:  # [H,W,3]
                 out.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")))
             out.mux(stream.encode(None))
 
     def close(self) -> None:
-        if self._container is not None:
-            self._container.close()
+        if self._out is not None:
+            self._out[0].close()
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):
@@ -157,10 +169,12 @@ def video_info(path: Path) -> dict[str, Any]:
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         pix_fmt = stream.codec_context.pix_fmt or "yuv420p"
+        rate = stream.average_rate or stream.base_rate
+        assert rate is not None  # a file VideoFileWriter wrote: FFmpeg reads its frame rate back
         return {"video.height": stream.height, "video.width": stream.width,
                 "video.codec": stream.codec_context.codec.canonical_name,  # "av1", "h264"
                 "video.pix_fmt": pix_fmt, "video.is_depth_map": False,
-                "video.fps": int(round(float(stream.average_rate or stream.base_rate))), "video.channels": 3,
+                "video.fps": int(round(float(rate))), "video.channels": 3,
                 "has_audio": len(container.streams.audio) > 0}
 
 
@@ -173,6 +187,8 @@ def decode_frames(path: Path, times: np.ndarray, fps: float, shape: tuple[int, i
     ``(H, W, 3)``, else a one-sentence ``UserInputError`` names the file.
     """
     av = import_av()
+    from av.error import FFmpegError  # after import_av, which says how to install PyAV when it is missing
+
     if not path.is_file():
         raise UserInputError(f"video file {path} does not exist: expected the mp4 file that meta/info.json's "
                              f"video_path names for this episode")
@@ -186,18 +202,23 @@ def decode_frames(path: Path, times: np.ndarray, fps: float, shape: tuple[int, i
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
+            time_base = stream.time_base
+            if time_base is None:
+                raise UserInputError(f"video file {path} has a video stream without a time base: expected an mp4 "
+                                     f"file readable by FFmpeg")
             if first > tol:
-                container.seek(max(int((first - tol) / stream.time_base), 0), stream=stream, backward=True)
+                container.seek(max(int((first - tol) / time_base), 0), stream=stream, backward=True)
             for frame in container.decode(stream):
                 if frame.pts is None:
                     continue
+                assert frame.time_base is not None  # a decoded frame has its stream's time base
                 t = float(frame.pts * frame.time_base)
                 if t > last + tol:
                     break
                 if t >= first - tol:
                     got_t.append(t)
                     got.append(frame.to_ndarray(format="rgb24"))  # [H,W,3]
-    except av.error.FFmpegError as e:
+    except FFmpegError as e:
         raise UserInputError(f"video file {path} cannot be decoded ({type(e).__name__}: {e}): expected an mp4 file "
                              f"readable by FFmpeg") from None
     if not got:

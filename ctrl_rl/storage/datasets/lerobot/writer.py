@@ -308,6 +308,7 @@ class LeRobotWriter:
             v["chunk"], v["file"] = _next_file(v["chunk"], v["file"], self._chunks)
             H, W, _ = self._user[key]["shape"]
             path = self._tmp / VIDEO_PATH.format(video_key=key, chunk_index=v["chunk"], file_index=v["file"])
+            assert self._encoder is not None  # picked in __init__ whenever the features have a video key
             v["writer"] = VideoFileWriter(path, self.fps, H, W, self._encoder, **self._video_options)
         return v
 
