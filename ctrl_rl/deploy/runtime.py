@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -167,7 +167,8 @@ class OnnxPolicy:
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self.session.run(None, inputs)
+        # onnxruntime types an output as any ONNX value (sparse tensor, sequence, map); an export's are dense tensors
+        return cast(list[np.ndarray], self.session.run(None, inputs))
 
 
 def action_space_of(meta: dict, robot: RobotSpec | None) -> ActionSpace:
@@ -319,6 +320,7 @@ class ControlLoop:
             ok = np.isfinite(raw).all() and 0 <= int(raw) < n
             command, reasons = (np.asarray(int(raw)), []) if ok else (np.asarray(0), ["bounds"])
         else:
+            assert self.safety is not None  # deploy_sim gives every continuous policy a safety filter
             command, reasons = self.safety.filter(raw, obs.state)
         for r in reasons:
             if r not in self._seen:
@@ -327,6 +329,7 @@ class ControlLoop:
                       f"sent {np.asarray(command).tolist()}); later ones are counted", file=sys.stderr, flush=True)
         self.robot.send(command)
         if self.recurrent:
+            assert out is not None  # a recurrent export is never a chunk policy: it runs every tick
             self._hidden = np.asarray(out[1], dtype=np.float32)
             self._prev_a = np.asarray(command, dtype=np.float32).reshape(self._prev_a.shape)
         end = self.clock()

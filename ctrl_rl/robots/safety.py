@@ -105,6 +105,7 @@ class SafetyFilter:
         if self.last is not None:
             return self.last.copy()
         if self.joints and self.step is None and state.joint_position is not None:
+            assert self.robot is not None  # self.joints needs a robot
             J = self.robot.num_joints
             out[:J] = np.clip(np.asarray(state.joint_position, dtype=np.float64)[:J], self.low[:J], self.high[:J])
         return out
