@@ -35,7 +35,6 @@ from typing import Any
 
 import gymnasium
 import torch
-from torch import nn
 
 from ctrl_rl.algos.sac import Actor, SACConfig
 from ctrl_rl.envs.gymnasium import make
@@ -85,7 +84,11 @@ def env_dims(env_id: str) -> tuple[int, int]:
         raise UserInputError(f"env {env_id!r} cannot be made by gymnasium ({e}): expected a MuJoCo v5 id such as "
                              f"Hopper-v5") from None
     try:
-        return int(env.observation_space.shape[0]), int(env.action_space.shape[0])
+        obs_space, act_space = env.observation_space, env.action_space
+        if not isinstance(obs_space, gymnasium.spaces.Box) or not isinstance(act_space, gymnasium.spaces.Box):
+            raise UserInputError(f"env {env_id!r} has observation space {obs_space} and action space {act_space}: "
+                                 f"expected Box spaces, as a MuJoCo v5 env such as Hopper-v5 has")
+        return int(obs_space.shape[0]), int(act_space.shape[0])
     finally:
         env.close()
 
@@ -99,7 +102,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 # -- building the actor ---------------------------------------------------------------------------------
-def build_actor(sac_config: Mapping[str, Any], obs_dim: int, action_dim: int, env_id: str = "") -> nn.Module:
+def build_actor(sac_config: Mapping[str, Any], obs_dim: int, action_dim: int, env_id: str = "") -> Actor:
     """ctrl_rl's SAC ``Actor`` for a saved ``SACConfig`` dict (lists become tuples), in evaluation mode.
 
     Keys that are no longer ``SACConfig`` fields are skipped: the shipped files were written when the loop
@@ -112,7 +115,7 @@ def build_actor(sac_config: Mapping[str, Any], obs_dim: int, action_dim: int, en
 
 
 def actor_from_checkpoint(ck: Mapping[str, Any], obs_dim: int, action_dim: int,
-                          source: str = "checkpoint") -> nn.Module:
+                          source: str = "checkpoint") -> Actor:
     """The actor of a loaded SAC training checkpoint (``ck["algo_state"]["actor"]``), in evaluation mode."""
     actor = build_actor(ck["config"]["algo"], obs_dim, action_dim, ck["config"]["run"]["env"])
     try:
@@ -216,7 +219,7 @@ def resolve_behaviour(source: str | Path, level: str | None = None, root: str | 
 
 
 def load_behaviour(source: str | Path, level: str | None = None, root: str | Path | None = None
-                   ) -> tuple[nn.Module, dict]:
+                   ) -> tuple[Actor, dict]:
     """``(actor in evaluation mode, record)`` of a behaviour file: a path, ``hopper-v5-medium``, or a task or env
     id with ``level``. Every failure is one UserInputError sentence naming the file."""
     path = resolve_behaviour(source, level, root)

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium
 import numpy as np
@@ -84,8 +84,15 @@ _REPLAY_KEYS = {"obs": "observations", "action": "actions", "reward": "rewards",
 Policy = Callable[[torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
 
 
+class SamplingActor(Protocol):
+    """What ``collect`` takes as a policy: ctrl_rl's SAC ``Actor`` (``behaviour.load_behaviour``) or any module
+    with its ``sample``: a sampled action ``[N,A]`` and its log-density ``[N]`` for observations ``[N,O]``."""
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
 # -- collection -----------------------------------------------------------------------------------------------------
-def _sampler(policy: torch.nn.Module | None, action_dim: int) -> Policy:
+def _sampler(policy: SamplingActor | None, action_dim: int) -> Policy:
     if policy is None:  # uniform in [-1, 1]^A: density 2^-A
         logp = -action_dim * math.log(2.0)
 
@@ -115,10 +122,12 @@ def make_envs(env_id: str, n: int, max_episode_steps: int | None = None) -> tupl
     except gymnasium.error.Error as e:
         raise UserInputError(f"env {env_id!r} cannot be made by gymnasium ({e}): expected a MuJoCo v5 id such as "
                              f"Hopper-v5") from None
-    horizon = int(max_episode_steps or envs[0].spec.max_episode_steps or 1000)
+    registered = envs[0].spec.max_episode_steps if envs[0].spec is not None else None
+    horizon = int(max_episode_steps or registered or 1000)
     raw = [e.unwrapped for e in envs]
     space = raw[0].action_space
-    if not hasattr(raw[0], "data") or not (np.all(space.low == -1.0) and np.all(space.high == 1.0)):
+    if not hasattr(raw[0], "data") or not isinstance(space, gymnasium.spaces.Box) \
+            or not (np.all(space.low == -1.0) and np.all(space.high == 1.0)):
         raise UserInputError(f"env {env_id!r} is not a MuJoCo env with actions in [-1, 1] (bounds {space}): expected "
                              f"Hopper-v5, HalfCheetah-v5 or Walker2d-v5")
     return raw, horizon
@@ -212,9 +221,9 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def collect(env_id: str, policy: torch.nn.Module | None, n_transitions: int, seed: int, num_envs: int = 32, *,
+def collect(env_id: str, policy: SamplingActor | None, n_transitions: int, seed: int, num_envs: int = 32, *,
             workers: int | None = None, max_episode_steps: int | None = None,
-            progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+            progress: Callable[[int], object] | None = None) -> dict[str, np.ndarray]:
     """``n_transitions`` D4RL-layout rows of ``policy`` (an actor with ``sample(obs, gen)``; None: uniform random).
 
     Actions are sampled (not the mean) with a generator seeded by ``seed``, one batched forward pass over the
@@ -267,7 +276,7 @@ def collect(env_id: str, policy: torch.nn.Module | None, n_transitions: int, see
     return out
 
 
-def episode_returns(env_id: str, policy: torch.nn.Module | None, episodes: int, seed: int, *,
+def episode_returns(env_id: str, policy: SamplingActor | None, episodes: int, seed: int, *,
                     workers: int | None = None, max_episode_steps: int | None = None) -> np.ndarray:
     """Undiscounted returns ``[episodes]`` of one episode per env (env i reset with ``seed + i``), actions sampled."""
     envs = BatchedEnvs(env_id, episodes, seed, default_workers() if workers is None else workers, max_episode_steps)
@@ -386,6 +395,14 @@ def _read_record(path: Path) -> DatasetMeta | None:
         return None if text is None else DatasetMeta.from_json(str(text), str(path))
     except (OSError, UserInputError):
         return None
+
+
+def _policy_of(path: Path) -> str:
+    """The policy recorded in a dataset file this module made (a part of a medium-expert dataset)."""
+    meta = _read_record(path)
+    if meta is None:
+        raise UserInputError(f"{path} has no readable ctrl_rl record: expected the dataset file this command made")
+    return meta.policy
 
 
 def _merge_local_references(refs: Mapping[str, Any]) -> None:
@@ -532,6 +549,7 @@ def _rerun_replay(training: Mapping[str, Any], step: int, progress: bool) -> dic
     _, base, cfg = parse_saved({"algo": "sac", "run": dict(training["run"]), "config": dict(training["algo"])},
                                "manifest training")
     with tempfile.TemporaryDirectory(prefix="ctrl_rl-medium-replay-") as tmp:
+        assert base.loop is not None  # parse_saved builds the run's loop config
         loop = dataclasses.replace(base.loop, save_replay=True, keep_every=0)
         run = dataclasses.replace(base, total_steps=step, run_dir=tmp, resume=None, progress=progress, loop=loop)
         train_offpolicy(run, "sac", cfg, Path(tmp))
@@ -582,11 +600,16 @@ def _write(job: Job, rows: dict, policy: str, extra: dict, seed: int | None, sec
 def _summary(job: Job, seconds: float, reused: bool) -> dict:
     import h5py
 
+    rows: dict[str, np.ndarray] = {}
     with h5py.File(job.path, "r") as f:
-        rows = {k: f[k][()] for k in ("rewards", "terminals", "timeouts")}
+        for k in ("rewards", "terminals", "timeouts"):
+            dataset = f[k]
+            assert isinstance(dataset, h5py.Dataset)  # write_dataset writes every row array as a dataset
+            rows[k] = dataset[()]
         meta = DatasetMeta.from_json(str(f.attrs["ctrl_rl"]), str(job.path))
     returns = complete_returns(rows)
     mean = float(returns.mean()) if returns.size else float("nan")
+    assert meta.ref_scores is not None  # _write records them in every file this module makes
     score, source = normalized_score_from(meta.ref_scores, mean)
     return {"dataset": dataset_name(job.task, job.level), "path": str(job.path),
             "transitions": int(len(rows["rewards"])), "episodes": int(returns.size), "return_mean": round(mean, 3),
@@ -620,7 +643,7 @@ def run_jobs(jobs: list[Job], progress: bool = True, workers: int | None = None)
                 parts.append(part)
                 done.add(part.path)
             rows = stitch(*(_read_rows(p.path) for p in parts))
-            policy = " then ".join(f"{p.level}: {_read_record(p.path).policy}" for p in parts)
+            policy = " then ".join(f"{p.level}: {_policy_of(p.path)}" for p in parts)
             _write(job, rows, policy, {"parts": [str(p.path) for p in parts]}, job.request["medium"]["seed"],
                    time.time() - t0, manifest, versions)
         else:

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.envs.manipulation.experts import expert_actions
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import DROID_CAMERA_NAMES
@@ -122,7 +123,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
     t0 = time.time()
     written, successes, frames = 0, 0, 0
     try:
-        obs = env.reset(seed=opts.seed)
+        obs = _parts(env.reset(seed=opts.seed))
         episodes = [[] for _ in range(n)]  # per env: the frames of its current episode
         grip = np.zeros(n)  # the gripper target each env's servo holds
         instr = list(env.instructions)  # [N] the instruction of each env's current episode
@@ -135,7 +136,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
             a[open_hand, 6] = -1.0  # a mis-grasp: the gripper never closes
             out_step = env.step(torch.as_tensor(a))
             grip = np.clip(grip + GRIPPER_STEP * a[:, 6], 0.0, 1.0)
-            reached = out_step.final_obs["state"].numpy()  # [N,O]: where each env got (before any reset)
+            reached = _parts(out_step.final_obs)["state"].numpy()  # [N,O]: where each env got (before any reset)
             done = (out_step.terminated | out_step.truncated).numpy()
             success = out_step.info["success"].numpy().astype(bool)
             for i in range(n):
@@ -155,7 +156,7 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
                     grip[i] = 0.0
                     instr[i] = env.instructions[i]
                     open_hand[i] = rng.random() < opts.mis_grasp
-            obs = out_step.obs
+            obs = _parts(out_step.obs)
         writer.finalize()
     except BaseException:
         writer.abort()
@@ -173,6 +174,12 @@ def generate_scripted(opts: ScriptedOptions, progress: bool = True) -> dict:
             "success_rate": successes / written, "cameras": [DROID_CAMERA_NAMES[c] for c in cams],
             "image_size": list(hw), "noise": opts.noise, "mis_grasp": opts.mis_grasp,
             "seconds": round(time.time() - t0, 1)}
+
+
+def _parts(obs: Obs) -> dict[str, torch.Tensor]:
+    """The env's observation as the dict of parts it is: the env has a language part, so never a plain tensor."""
+    assert isinstance(obs, dict)
+    return obs
 
 
 def _droid_pose(pose: np.ndarray) -> np.ndarray:
