@@ -10,21 +10,19 @@ rollouts of 50,000 starts every 1000 gradient steps kept for 5 rounds, real rati
     hopper-medium      h=5 lambda=5   hopper-medium-replay      h=5 lambda=1
     walker2d-medium    h=5 lambda=5   walker2d-medium-replay    h=1 lambda=1
 
-The presets ``mopo-<dataset>`` under experiments/presets carry these pairs.
+The presets ``mopo-<dataset>`` under experiments/presets carry these pairs. MOPO is SAC (``algos/sac.py``) on the
+model-based loop with the penalty on: ``penalty`` and ``penalty_kind`` are the loop's settings
+(``learn.config.ModelBasedLoopConfig``), which this entry's ``loop_defaults`` set.
 """
 
 from __future__ import annotations
 
-from ctrl_rl.algos.mbpo import MODEL_BASED_RUN, MBPOConfig, ModelBasedSAC
+from ctrl_rl.algos.mbpo import MODEL_BASED_RUN
 from ctrl_rl.algos.registry import AlgoEntry, register
-
-
-class MOPO(ModelBasedSAC):
-    name = "mopo"
-
+from ctrl_rl.algos.sac import SAC, SACConfig
 
 register(AlgoEntry(
-    "mopo", MBPOConfig, MOPO, regime="model-based",
+    "mopo", SACConfig, SAC, regime="model-based",
     summary="MOPO: SAC on model rollouts with rewards penalised by the model's predicted uncertainty",
-    config_defaults={"penalty": 1.0, "penalty_kind": "aleatoric"},
+    loop_defaults={"penalty": 1.0, "penalty_kind": "aleatoric"},
     run_defaults=MODEL_BASED_RUN, continuous_only=True, requires_dataset=True))

@@ -8,12 +8,20 @@ Losses for a batch (s, a, r, s', terminated):
     a' ~ pi(.|s'),  Q_t = min_{i in random subset of size M} Qbar_i(s', a')
     y  = r + gamma * (1 - terminated) * (Q_t - [backup_entropy] * alpha * log pi(a'|s'))
     L_Q     = mean_i mean_batch (Q_i(s, a) - y)^2          (every member regresses to the same y)
+              [+ eta * L_div]                              (EDAC, ``edac_eta > 0``)
     L_pi    = mean_batch (alpha * log pi(a|s) - Qagg(s, a)),  a ~ pi(.|s),  Qagg = min or mean over members
     L_alpha = -mean_batch (log_alpha * (log pi(a|s) + H_target))
 
 Only true terminations stop the bootstrap: a truncated transition's ``next_obs`` is the final
 observation of its episode (the protocol's ``final_obs``) and is bootstrapped like any other.
 Target critics move by Polyak averaging with a fused in-place lerp. N=2, M=2 is classic SAC.
+
+SAC-N and EDAC (An et al. 2021, "Uncertainty-Based Offline RL with Diversified Q-Ensemble"; RAVL's critics,
+docs/algorithms/ravl.md#losses) are settings, not subclasses: ``critic_reduction="sum"`` sums the members'
+batch means (``L_Q = sum_i mean_batch (Q_i - y)^2``, SAC-N), ``edac_eta > 0`` adds EDAC's gradient-diversity
+term ``core.losses.edac_diversity`` of the members' action-gradients at the batch's actions, and
+``edac_init`` is EDAC's initialisation. Every critic step also logs the ensemble's largest Q of the batch and
+the spread of the members (``stats/q_max``, ``stats/q_member_std``: the edge-of-reach plots read them).
 
 CrossQ (Bhatt et al., ICLR 2024), ``crossq=True``: BatchRenorm in the critics (and optionally the actor),
 no target network, and one joint critic forward of the ``(s, a)`` and ``(s', a')`` batches so both
@@ -43,7 +51,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
@@ -51,7 +59,7 @@ from torch import nn
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
 from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_shift_obs
-from ctrl_rl.core.losses import td_target
+from ctrl_rl.core.losses import edac_diversity, td_target
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.policies import DeterministicPolicy
@@ -59,6 +67,7 @@ from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.errors import UserInputError
 
 
 @dataclass(frozen=True)
@@ -125,6 +134,14 @@ class SACConfig(EncoderFields):
     drq_pad: int = 0
     """DrQ random shift of the image parts in every update: replicate-pad by this many pixels, crop back at a
     random offset (0: off; DrQ: 4 for 84x84 images). Unused by flat observations."""
+    critic_reduction: Literal["mean", "sum"] = "mean"
+    """How the critic loss combines the members' squared TD errors: their mean over members and batch (SAC,
+    REDQ), or the sum over members of each member's batch mean (SAC-N, EDAC, RAVL)."""
+    edac_eta: float = 0.0
+    """eta: weight of EDAC's gradient-diversity term in the critic loss (0: off, SAC-N; RAVL 1.0)."""
+    edac_init: bool = False
+    """EDAC's initialisation: hidden biases 0.1, critic output layer U(-3e-3, 3e-3), actor output U(-1e-3, 1e-3)
+    (RAVL: on)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -139,6 +156,16 @@ class SACConfig(EncoderFields):
             raise ValueError("invalid SAC setting: expected critic_splits >= 1 and final_hidden_scale > 0")
         if not isinstance(self.drq_pad, int) or isinstance(self.drq_pad, bool) or self.drq_pad < 0:
             raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a number of pixels")
+        if self.critic_reduction not in ("mean", "sum"):
+            raise UserInputError(f"invalid --critic-reduction {self.critic_reduction!r}: expected 'mean' or 'sum'")
+        if not self.edac_eta >= 0.0:
+            raise UserInputError(f"invalid --edac-eta {self.edac_eta!r}: expected a finite number >= 0")
+        if self.edac_eta > 0 and self.num_critics < 2:
+            raise UserInputError(f"invalid --num-critics {self.num_critics}: EDAC's diversity term needs at least 2 "
+                                 "critics (or --edac-eta 0)")
+        if self.edac_eta > 0 and self.crossq:
+            raise UserInputError("--edac-eta differentiates the critics of the critic step, which CrossQ runs jointly "
+                                 "with the target: expected --edac-eta 0 with --crossq")
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
 
 
@@ -171,6 +198,22 @@ def scale_last_hidden_(linears: list, scale: float) -> None:
         linears[-2].bias.mul_(scale)
 
 
+def edac_init_(critic: EnsembleMLP, actor_linears: list[nn.Linear]) -> None:
+    """EDAC's initialisation of the critic ensemble and of the actor's linear layers, in place: hidden biases 0.1,
+    critic output layer U(-3e-3, 3e-3), actor output layer U(-1e-3, 1e-3) (draws from the global generator, as
+    the layers' default initialisation does)."""
+    with torch.no_grad():
+        *hidden, last = critic.layers
+        for layer in hidden:
+            layer.bias.fill_(0.1)
+        last.weight.uniform_(-3e-3, 3e-3)
+        last.bias.uniform_(-3e-3, 3e-3)
+        for layer in actor_linears[:-1]:
+            layer.bias.fill_(0.1)
+        actor_linears[-1].weight.uniform_(-1e-3, 1e-3)
+        actor_linears[-1].bias.uniform_(-1e-3, 1e-3)
+
+
 def _has_batch_renorm(module: nn.Module) -> bool:
     return any(isinstance(m, BatchRenorm) for m in module.modules())
 
@@ -187,6 +230,9 @@ class SAC:
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         c = config
+        if actor is not None and c.edac_init:
+            raise UserInputError("--edac-init initialises SAC's Gaussian actor, and this agent brings its own actor: "
+                                 "expected --no-edac-init")
         if actor is not None and not spec.is_flat:
             raise ValueError(f"{type(self).__name__}'s actor reads flat observations: {spec.env_id} has the "
                              f"observation "
@@ -194,15 +240,19 @@ class SAC:
         # flat observations: no encoder at all (no parameters, no op, the networks they had before encoders)
         self.encoder: Encoder | None = None if spec.is_flat else make_encoder(spec.parts, c.encoder).to(self.device)
         feat_dim = spec.obs_dim if self.encoder is None else self.encoder.out_dim
+        actor_linears: list[nn.Linear] = []  # of SAC's own actor (a given actor keeps its initialisation)
         if actor is None:
             actor = Actor(c, spec, feat_dim)
+            actor_linears = [m for m in actor.net if isinstance(m, nn.Linear)]
             if c.final_hidden_scale != 1.0:
-                scale_last_hidden_([m for m in actor.net if isinstance(m, nn.Linear)], c.final_hidden_scale)
+                scale_last_hidden_(actor_linears, c.final_hidden_scale)
         self.actor = actor.to(self.device)
         self.critic = EnsembleMLP(c.num_critics, feat_dim + spec.action_dim, c.critic_hidden, 1, c.activation,
                                   c.layer_norm, batch_renorm=c.crossq, renorm_warmup=c.renorm_warmup).to(self.device)
         if c.final_hidden_scale != 1.0:
             scale_last_hidden_(list(self.critic.layers), c.final_hidden_scale)
+        if c.edac_init:
+            edac_init_(self.critic, actor_linears)
         # CrossQ has no target network: the joint forward's detached second half is the target
         self.critic_target = None if c.crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(c.init_alpha), device=self.device, requires_grad=c.learn_alpha)
@@ -299,31 +349,35 @@ class SAC:
         if c.crossq:
             q_all = self.q(self.critic, torch.cat([f, f_next]), torch.cat([batch.action, next_a]))  # [E,2B]
             q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
-            aux = None
         else:
             with torch.no_grad():
                 q_next = self.q(self.critic_target, f_next, next_a)  # [E,B]
-            q, aux = self.critic_q(f, batch.action)  # [E,B]
+            if c.edac_eta > 0:
+                # EDAC differentiates every member's Q by its own copy of the batch actions
+                E = c.num_critics
+                a_e = batch.action.unsqueeze(0).expand(E, *batch.action.shape).clone().requires_grad_(True)  # [E,B,A]
+                q = self.critic(torch.cat([f.unsqueeze(0).expand(E, *f.shape), a_e], -1)).squeeze(-1)  # [E,B]
+            else:
+                q = self.q(self.critic, f, batch.action)  # [E,B]
         y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
                       c.backup_entropy)  # [B]
-        loss, extra = self.critic_loss(q, y, aux)
+        sq = (q - y).square()  # [E,B]
+        loss = sq.mean() if c.critic_reduction == "mean" else sq.mean(1).sum()
+        qd = q.detach()  # [E,B]
+        info = {"stats/q_max": qd.max(),
+                "stats/q_member_std": qd.std(0).mean() if qd.shape[0] > 1 else qd.new_zeros(())}
+        if c.edac_eta > 0:
+            # member i's Q depends on a_e[i] only, so one gradient of the sum gives every member's [E,B,A]
+            div = edac_diversity(torch.autograd.grad(q.sum(), a_e, create_graph=True)[0])
+            loss = loss + c.edac_eta * div
+            info["loss/edac_div"] = div.detach()
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
         if self.critic_target is not None:
             polyak_(self._tgt, self._src, c.tau)
         self.critic_updates += 1
-        return {"loss/critic": loss.detach(), "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean(), **extra}
-
-    def critic_q(self, f: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """The critic step's ``Q [E,B]`` of features ``f [B,F]`` and batch actions ``[B,A]``, with gradient into the
-        critics, and whatever ``critic_loss`` needs besides (None here; EDAC: the actions it differentiates by)."""
-        return self.q(self.critic, f, action), None
-
-    def critic_loss(self, q: torch.Tensor, y: torch.Tensor, aux: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The critic loss of ``q [E,B]`` against targets ``y [B]`` (mean over members and batch) and extra
-        statistics to log (none here)."""
-        return (q - y).square().mean(), {}
+        return {"loss/critic": loss.detach(), "stats/q_mean": qd.mean(), "stats/target_mean": y.mean(), **info}
 
     def update_actor(self, batch: Transition, sample: tuple[torch.Tensor, torch.Tensor] | None = None,
                      feats: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

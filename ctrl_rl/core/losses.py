@@ -2,6 +2,7 @@
 
 - ``td_target``: SAC's soft TD target over a random subset of target critics (REDQ), bootstrapped only where
   the transition did not terminate (docs/algorithms/sac.md#losses).
+- ``edac_diversity``: EDAC's gradient-diversity term of a critic ensemble (docs/algorithms/ravl.md#losses).
 
 Shape letters: E critic members, M target subset, B batch, A action dim.
 """
@@ -23,3 +24,12 @@ def td_target(q_next: torch.Tensor, subset: torch.Tensor, reward: torch.Tensor, 
         q_t = q_t - alpha * next_logp
     return reward + gamma * (~terminated).to(reward.dtype) * q_t
 
+
+def edac_diversity(grad_a: torch.Tensor) -> torch.Tensor:
+    """EDAC's diversity term ``1/(E-1) * mean_batch sum_{i != j} <g_i, g_j>`` of the members' action-gradients
+    ``grad_a [E,B,A]`` (``grad_a[i] = grad_a Q_i(s, a)``), each normalised to ``g_i = grad_a[i] / ||grad_a[i]||``
+    (1e-10 added to the norm). 0-d; needs E >= 2. Take ``grad_a`` with ``create_graph=True`` to train on it."""
+    E = grad_a.shape[0]
+    g = grad_a / (grad_a.norm(dim=-1, keepdim=True) + 1e-10)  # [E,B,A]
+    gram = torch.einsum("iba,jba->bij", g, g)  # [B,E,E]
+    return (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)).mean() / (E - 1)

@@ -136,8 +136,9 @@ class WorldModelLoopConfig:
 
 @dataclass(frozen=True)
 class ModelBasedLoopConfig:
-    """Settings of the model-based offline loop (``ctrl_rl.learn.model_based``): where the model comes from and
-    how often its rollouts refill the model buffer (``--total-steps`` counts gradient steps)."""
+    """Settings of the model-based offline loop (``ctrl_rl.learn.model_based``): where the model comes from, how often
+    its rollouts refill the model buffer and how they feed the agent (``--total-steps`` counts gradient steps).
+    Defaults: MOPO's and RAVL's shared settings, no penalty (``mopo`` sets one)."""
 
     batch_size: int = 256
     """Transitions per gradient step (real and imagined together)."""
@@ -149,12 +150,31 @@ class ModelBasedLoopConfig:
     """Gradient steps between rollout rounds (MOPO, RAVL: one epoch of 1000)."""
     retain_rounds: int = 5
     """The model buffer keeps the transitions of this many rounds (MOPO, RAVL: 5)."""
+    rollout_length: int = 5
+    """k: steps of every imagined rollout (MOPO: 1 or 5 per dataset; RAVL: 5)."""
+    real_ratio: float = 0.05
+    """Fraction of every batch drawn from the dataset; the rest from the model buffer (MOPO, RAVL: 0.05)."""
+    penalty: float = 0.0
+    """lambda: imagined rewards are r - lambda * u(s, a) with u the ``penalty_kind`` uncertainty (MOPO: 1 or 5)."""
+    penalty_kind: Literal["aleatoric", "epistemic", "total_var"] = "aleatoric"
+    """u: the model's largest predicted std norm over elites (MOPO), the elites' disagreement, or their
+    total variance (``world_models.protocol``)."""
+    member_mode: Literal["step", "episode"] = "step"
+    """Which elite predicts: a random one per transition (MBPO, MOPO, RAVL) or one per imagined episode."""
     clip_actions: float | None = None
     """Clip the dataset's actions to +-this when loading (None: no clip)."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "rollout_starts", "rollout_every", "retain_rounds"):
+        for name in ("batch_size", "rollout_starts", "rollout_every", "retain_rounds", "rollout_length"):
             _positive_int(name, getattr(self, name))
+        _finite_fraction("real_ratio", self.real_ratio)
+        if not isinstance(self.penalty, (int, float)) or not math.isfinite(self.penalty) or self.penalty < 0:
+            raise UserInputError(f"invalid --penalty {self.penalty!r}: expected a finite number >= 0")
+        if self.penalty_kind not in ("aleatoric", "epistemic", "total_var"):
+            raise UserInputError(f"invalid --penalty-kind {self.penalty_kind!r}: expected 'aleatoric', 'epistemic' "
+                                 "or 'total_var'")
+        if self.member_mode not in ("step", "episode"):
+            raise UserInputError(f"invalid --member-mode {self.member_mode!r}: expected 'step' or 'episode'")
         if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
             raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
 
@@ -497,7 +517,10 @@ _LEGACY_RUN_LOOP_KEYS = ("pipeline", "collect_threads", "save_replay", "keep_eve
 
 def parse_saved(raw: dict, what: str) -> tuple[Any, RunConfig, Any]:
     """``(entry, run, algo config)`` of a saved ``{"algo", "run", "config"}`` dict (config.json or a checkpoint's
-    ``config`` with ``algo``); configs written before loop configs existed are migrated."""
+    ``config`` with ``algo``). Older layouts are migrated: configs written before loop configs existed (format 1),
+    settings an algorithm's config held before they moved to its loop config (the model-based agents'
+    ``rollout_length``, ``real_ratio``, ``penalty``, ``penalty_kind``, ``member_mode``), and config fields added
+    since the run was saved, which take the entry's defaults (RAVL's ``critic_reduction``)."""
     from ctrl_rl.algos import registry
 
     if not isinstance(raw, dict) or not isinstance(raw.get("algo"), str):
@@ -505,17 +528,19 @@ def parse_saved(raw: dict, what: str) -> tuple[Any, RunConfig, Any]:
     entry = registry.get(raw["algo"])
     run = dict(raw.get("run") or {})
     cfg = dict(raw.get("config") or {})
+    loop_fields = {f.name for f in dataclasses.fields(loop_config_class(entry.regime))}
+    cfg_fields = {f.name for f in dataclasses.fields(entry.config)}
+    moved = {k: v for k, v in cfg.items() if k in loop_fields and k not in cfg_fields}
     if "loop" in run:
-        loop = dict(run.pop("loop") or {})
+        loop = {**moved, **dict(run.pop("loop") or {})}
     else:  # format 1: loop settings in the run and algorithm configs
-        loop_fields = {f.name for f in dataclasses.fields(loop_config_class(entry.regime))}
-        cfg_fields = {f.name for f in dataclasses.fields(entry.config)}
         loop = {k: run[k] for k in _LEGACY_RUN_LOOP_KEYS if k in run and k in loop_fields}
-        loop.update({k: v for k, v in cfg.items() if k in loop_fields and k not in cfg_fields})
+        loop.update(moved)
         if "action_clip" in cfg and "action_clip" not in cfg_fields and "clip_actions" in loop_fields:
             loop["clip_actions"] = cfg["action_clip"]  # the WSRL-family configs clipped stored actions
         run = {k: v for k, v in run.items() if k not in _LEGACY_RUN_LOOP_KEYS}
         cfg = {k: v for k, v in cfg.items() if k in cfg_fields}
+    cfg = {**entry.config_defaults, **{k: v for k, v in cfg.items() if k not in moved}}
     return (entry, build_run(entry, run, loop, f"{what} run"),
             from_dict(entry.config, cfg, f"{what} {entry.name} config"))
 

@@ -7,9 +7,9 @@ normalisers, the config and the task it was fitted on), which agents reuse with 
 
 ``train_model_based`` (regime ``model-based``: mbpo, mopo, ravl): the model comes from ``--model RUN`` or is
 fitted first in ``RUN_DIR/dynamics`` (a resumable dynamics run). Every ``--rollout-every`` gradient steps the
-current actor is rolled out for the algorithm's ``rollout_length`` steps in a ``ModelEnv`` from
-``--rollout-starts`` dataset states (rewards penalised as the algorithm says) into a FIFO model buffer holding
-``--retain-rounds`` rounds; every batch takes ``real_ratio`` of its rows from the dataset and the rest from the
+current actor is rolled out for ``--rollout-length`` steps in a ``ModelEnv`` from
+``--rollout-starts`` dataset states (rewards penalised by ``--penalty``) into a FIFO model buffer holding
+``--retain-rounds`` rounds; every batch takes ``--real-ratio`` of its rows from the dataset and the rest from the
 model buffer. ``--model true`` puts the real simulator in the model's place (``TrueDynamicsEnv``, states set
 from the dataset's ``infos/qpos`` and ``infos/qvel``): RAVL's edge-of-reach experiment. Evaluation, logging and
 checkpoints are the offline loop's (``learn.offline.run_updates``); checkpoints also hold the model buffer and
@@ -207,7 +207,8 @@ def fit_first(run: RunConfig, run_dir: Path, max_iterations: int | None,
     return model_dir if (model_dir / MODEL_FILE).is_file() else None
 
 
-def make_world(run: RunConfig, cfg, spec, model_dir, n_envs: int, device: torch.device, starts: torch.Tensor, ds):
+def make_world(run: RunConfig, loop: ModelBasedLoopConfig, spec, model_dir, n_envs: int, device: torch.device,
+               starts: torch.Tensor, ds):
     """The env the rollouts run in: the learned model as a ModelEnv, or the real simulator (``--model true``)."""
     A = spec.action_dim
     if model_dir == TRUE_MODEL:
@@ -220,7 +221,7 @@ def make_world(run: RunConfig, cfg, spec, model_dir, n_envs: int, device: torch.
         return TrueDynamicsEnv(env_id, ds.infos["qpos"], ds.infos["qvel"], n_envs, seed=run.seed + 7, device=device)
     model = load_model(model_dir, spec, run.env, device)
     return ModelEnv(model, starts, n_envs, (-1.0,) * A, (1.0,) * A, run.env, termination_for(run.env, model),
-                    cfg.member_mode, None, cfg.penalty, cfg.penalty_kind, device=device, seed=run.seed + 7)
+                    loop.member_mode, None, loop.penalty, loop.penalty_kind, device=device, seed=run.seed + 7)
 
 
 def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
@@ -237,14 +238,14 @@ def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume
         ds = open_dataset(run.dataset, spec, loop.clip_actions)
         real = to_replay(ds, ctx.device)
         starts = real.obs[: len(real)]  # [S,O] states with a valid next state
-        cap = loop.rollout_starts * cfg.rollout_length * loop.retain_rounds
+        cap = loop.rollout_starts * loop.rollout_length * loop.retain_rounds
         check_memory(cap * 4 * (2 * spec.obs_dim + spec.action_dim + 3), f"the model buffer of {cap:,} transitions",
                      "--rollout-starts, --retain-rounds or --rollout-length", ctx.device)
-        world = make_world(run, cfg, spec, model_dir if model_dir == TRUE_MODEL else Path(model_dir),
+        world = make_world(run, loop, spec, model_dir if model_dir == TRUE_MODEL else Path(model_dir),
                            loop.rollout_starts, ctx.device, starts, ds)
         del ds
         buffer = ReplayBuffer(cap, spec.obs_shape, spec.action_dim, ctx.device)
-        sampler = MixedSampler(buffer, real, cfg.real_ratio)
+        sampler = MixedSampler(buffer, real, loop.real_ratio)
         gen = ctx.seed(run.seed)
         algo = entry.make(cfg, spec, ctx.device, gen)
         step, last_return = 0, float("nan")
@@ -255,7 +256,7 @@ def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume
             load_state(world, ck["model_env"], "model env", where)
             ctx.restore_rng()
             step, last_return = ctx.counters["step"], ctx.counters["last_return"]
-        rounds = RolloutRounds(world, algo, buffer, cfg.rollout_length, loop.rollout_every)
+        rounds = RolloutRounds(world, algo, buffer, loop.rollout_length, loop.rollout_every)
         ctx.start(run.total_steps, step, f"{algo_name} {Path(run.dataset).name}", unit="upd")
         return run_updates(ctx, algo, lambda: entry.update_step(algo, sampler, loop.batch_size, cfg), step,
                            last_return, {}, max_iterations, rounds)

@@ -5,6 +5,7 @@ import torch
 
 from ctrl_rl.algos.sac import SAC, SACConfig
 from ctrl_rl.core.nets import EnsembleMLP
+from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 
@@ -105,3 +106,86 @@ def test_crossq_joint_forward_without_target_network():
     assert sac.critic.training and sac.actor.training
     a = sac.act(b.obs[:4])
     assert a.shape == (4, 2) and int(sac.actor.net[0].steps) == 1  # acting leaves the actor's statistics alone
+
+
+def test_every_critic_step_logs_the_ensembles_largest_q_and_member_spread():
+    sac = SAC(SACConfig(actor_hidden=(16,), critic_hidden=(16,), num_critics=3, target_subset=2), SPEC, "cpu",
+              torch.Generator().manual_seed(0))
+    b = _batch()
+    q = sac.q(sac.critic, b.obs, b.action).detach()  # [E,B] before the step
+    info = sac.update_critic(b)
+    assert torch.equal(info["stats/q_max"], q.max()) and torch.equal(info["stats/q_member_std"], q.std(0).mean())
+    one = SAC(SACConfig(actor_hidden=(16,), critic_hidden=(16,), num_critics=1, target_subset=1), SPEC, "cpu")
+    assert float(one.update_critic(b)["stats/q_member_std"]) == 0.0  # one member: no spread
+
+
+def _old_edac_init_(critic, actor):
+    """RAVL's initialisation as its subclass ran it before EDAC became SAC's settings (the reference)."""
+    with torch.no_grad():
+        *hidden, last = critic.layers
+        for layer in hidden:
+            layer.bias.fill_(0.1)
+        last.weight.uniform_(-3e-3, 3e-3)
+        last.bias.uniform_(-3e-3, 3e-3)
+        linears = [m for m in actor.net if isinstance(m, torch.nn.Linear)]
+        for layer in linears[:-1]:
+            layer.bias.fill_(0.1)
+        linears[-1].weight.uniform_(-1e-3, 1e-3)
+        linears[-1].bias.uniform_(-1e-3, 1e-3)
+
+
+def test_ravl_settings_give_the_old_subclass_update_bit_for_bit():
+    """RAVL = SAC with critic_reduction="sum", edac_eta and edac_init: the initialisation, critic loss, diversity term
+    and critic step equal those of the RAVL subclass they replaced, written out here on a copy of the agent."""
+    from ctrl_rl.algos import registry
+
+    small = dict(actor_hidden=(16, 16), critic_hidden=(16, 16), num_critics=4, target_subset=4, edac_eta=0.7)
+    cfg = registry.get("ravl").default_config(**small)
+    assert cfg.critic_reduction == "sum" and cfg.edac_init
+    torch.manual_seed(3)
+    new = SAC(cfg, SPEC, "cpu", torch.Generator().manual_seed(1))
+    torch.manual_seed(3)
+    old = SAC(SACConfig(**{**cfg.__dict__, "edac_init": False, "edac_eta": 0.0, "critic_reduction": "mean"}), SPEC,
+              "cpu", torch.Generator().manual_seed(1))
+    _old_edac_init_(old.critic, old.actor)
+    old.critic_target.load_state_dict(old.critic.state_dict())
+    for mine, ref in ((new.actor, old.actor), (new.critic, old.critic), (new.critic_target, old.critic_target)):
+        assert all(torch.equal(x, y) for x, y in zip(mine.state_dict().values(), ref.state_dict().values()))
+    for k in range(3):
+        b = _batch(seed=k)
+        g = torch.Generator().manual_seed(10 + k)
+        next_a, next_logp = torch.rand(64, 2, generator=g) * 2 - 1, torch.randn(64, generator=g)
+        info = new.update_critic(b, (next_a, next_logp))
+        # the old RAVL critic step: per-member actions, summed member means, the normalised-gradient Gram term
+        with torch.no_grad():
+            q_next = old.q(old.critic_target, b.next_obs, next_a)  # [E,B]
+            y = b.reward + cfg.gamma * (~b.terminated).float() * (q_next.min(0).values - old.alpha * next_logp)
+        E = cfg.num_critics
+        a = b.action.unsqueeze(0).expand(E, *b.action.shape).clone().requires_grad_(True)  # [E,B,A]
+        q = old.critic(torch.cat([b.obs.unsqueeze(0).expand(E, *b.obs.shape), a], -1)).squeeze(-1)  # [E,B]
+        loss = (q - y).square().mean(1).sum()
+        grad = torch.autograd.grad(q.sum(), a, create_graph=True)[0]
+        grad = grad / (grad.norm(dim=-1, keepdim=True) + 1e-10)
+        gram = torch.einsum("iba,jba->bij", grad, grad)  # [B,E,E]
+        div = (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)).mean() / (E - 1)
+        loss = loss + cfg.edac_eta * div
+        old.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        old.critic_opt.step()
+        polyak_(old._tgt, old._src, cfg.tau)
+        assert torch.equal(info["loss/critic"], loss.detach()) and torch.equal(info["loss/edac_div"], div.detach()), k
+        for mine, ref in ((new.critic, old.critic), (new.critic_target, old.critic_target)):
+            assert all(torch.equal(x, y) for x, y in zip(mine.parameters(), ref.parameters()))
+
+
+def test_edac_settings_are_checked():
+    with pytest.raises(ValueError, match="--edac-eta"):
+        SACConfig(edac_eta=-1.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        SACConfig(num_critics=1, target_subset=1, edac_eta=1.0)
+    with pytest.raises(ValueError, match="--crossq"):
+        SACConfig(edac_eta=1.0, crossq=True)
+    with pytest.raises(ValueError, match="--critic-reduction"):
+        SACConfig(critic_reduction="max")
+    with pytest.raises(ValueError, match="own actor"):
+        SAC(SACConfig(edac_init=True), SPEC, "cpu", actor=torch.nn.Linear(5, 4))

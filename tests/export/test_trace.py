@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ctrl_rl.algos.ravl import RAVL, RAVLConfig
+from ctrl_rl.algos import registry
 from ctrl_rl.algos.sac import SAC, SACConfig
 from ctrl_rl.algos.sac_flow import SACFlow, SACFlowConfig
 from ctrl_rl.core.types import Transition
@@ -24,8 +24,8 @@ CASES = {
     "sac": lambda: SAC(SACConfig(actor_hidden=(16, 16), critic_hidden=(16, 16)), SPEC),
     "sac_crossq_brn": lambda: SAC(SACConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), crossq=True,
                                             actor_batch_renorm=True, policy_delay=1, renorm_warmup=1), SPEC),
-    "ravl": lambda: RAVL(RAVLConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), num_critics=3, target_subset=3),
-                         SPEC),
+    "ravl": lambda: SAC(registry.get("ravl").default_config(actor_hidden=(16, 16), critic_hidden=(16, 16),
+                                                            num_critics=3, target_subset=3), SPEC),
     **{f"sac_flow_{v}": (lambda v=v: SACFlow(SACFlowConfig(velocity=v, renorm_warmup=1, **FLOW_SMALL), SPEC))
        for v in ("gated", "decoded", "naive")},
 }

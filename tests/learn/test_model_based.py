@@ -13,7 +13,7 @@ from ctrl_rl.cli import main
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig
+from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig, load_config, to_dict
 from ctrl_rl.learn.model_based import MODEL_FILE, train_model_based
 
 AGENT = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
@@ -80,6 +80,17 @@ def test_resume_equals_uninterrupted(hopper_dataset, model_run, tmp_path):
         assert all(torch.equal(x, y) for x, y in zip(a[k].values(), b[k].values())), k
 
 
+def test_the_model_based_agents_are_sac_with_settings():
+    from ctrl_rl.algos.sac import SAC, SACConfig
+
+    for name in ("mbpo", "mopo", "ravl"):
+        entry = registry.get(name)
+        assert entry.config is SACConfig and entry.make is SAC and entry.regime == "model-based"
+    assert registry.get("mopo").loop_defaults["penalty"] == 1.0 and not registry.get("mbpo").loop_defaults
+    ravl = registry.get("ravl").default_config()
+    assert (ravl.num_critics, ravl.critic_reduction, ravl.edac_eta, ravl.edac_init) == (10, "sum", 1.0, True)
+
+
 @pytest.mark.parametrize("algo", ["mbpo", "mopo", "ravl"])
 def test_one_update_on_a_synthetic_batch_moves_the_parameters(algo):
     spec = EnvSpec("Hopper-v5", (11,), False, 3, (-1.0,) * 3, (1.0,) * 3)
@@ -130,3 +141,36 @@ def test_nan_model_stops_the_run_naming_the_step(hopper_dataset, model_run, tmp_
                  "--total-steps", "5", "--run-dir", str(tmp_path / "r"), *AGENT_FLAGS])
     err = capsys.readouterr().err
     assert code == 1 and "before gradient step 1" in err and "NaN" in err
+
+
+@pytest.mark.parametrize("algo", ["mopo", "ravl"])
+def test_a_run_config_of_the_old_layout_loads_with_its_rollout_settings_in_the_loop(algo, tmp_path):
+    """Runs saved before the rollout settings moved from the algorithm's config (MBPOConfig, RAVLConfig) to the loop
+    config: the settings are mapped into the loop, and a field added since (critic_reduction) takes the entry's
+    default, so the run resumes and evaluates as it was trained."""
+    entry = registry.get(algo)
+    cfg = entry.default_config(**AGENT)
+    saved = {"algo": algo, "run": to_dict(RunConfig(env="Hopper-v5", dataset="d.hdf5", loop=ModelBasedLoopConfig(
+        rollout_starts=32))), "config": to_dict(cfg)}
+    old_loop = saved["run"]["loop"]
+    for k, v in (("rollout_length", 3), ("real_ratio", 0.2), ("penalty", 0.5), ("penalty_kind", "epistemic"),
+                 ("member_mode", "episode")):
+        del old_loop[k]
+        saved["config"][k] = v
+    for k in ("critic_reduction", "edac_eta", "edac_init") if algo == "mopo" else ("critic_reduction",):
+        del saved["config"][k]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    name, run, loaded = load_config(tmp_path / "config.json")
+    assert name == algo and loaded == cfg
+    assert (run.loop.rollout_length, run.loop.real_ratio, run.loop.penalty, run.loop.penalty_kind,
+            run.loop.member_mode, run.loop.rollout_starts) == (3, 0.2, 0.5, "epistemic", "episode", 32)
+    assert loaded.critic_reduction == ("sum" if algo == "ravl" else "mean")
+
+
+def test_presets_give_mopo_its_rollout_length_and_penalty_as_loop_settings(tmp_path):
+    from ctrl_rl.learn.config import build_run, load_preset
+
+    preset = load_preset("mopo-hopper-medium")
+    run = build_run(registry.get("mopo"), preset.run, {**registry.get("mopo").loop_defaults, **preset.loop})
+    assert (run.loop.rollout_length, run.loop.penalty, run.loop.real_ratio) == (5, 5.0, 0.05)
+    assert set(preset.config) == {"gamma", "tau", "target_entropy"}
