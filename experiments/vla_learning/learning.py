@@ -1,5 +1,6 @@
-"""VLA fine-tuning learning checks (issue: VLA fine-tuning adapters, benchmark 2), each arm a `ctrl-rl train vla` run
-per seed, scored by `ctrl-rl eval RUN --episodes N` (deterministic chunks, success rate in the sim).
+"""VLA fine-tuning learning checks (issue: VLA fine-tuning adapters, benchmark 2), each arm a `ctrl-rl train vla_bc`,
+`vla_habc` or `vla_rl` run per seed, scored by `ctrl-rl eval RUN --episodes N` (deterministic chunks, success rate in
+the sim).
 
     # BC on scripted demonstrations (data: ctrl-rl data generate --env manip:Lift --level scripted --format lerobot
     #   --episodes 200 --cameras exterior1 --image-size 64x64 --out data/vla/lift200)
@@ -12,12 +13,14 @@ per seed, scored by `ctrl-rl eval RUN --episodes N` (deterministic chunks, succe
     python experiments/vla_learning/learning.py rl --task Lift --dataset data/vla/lift200 --init-tag bc --seeds 0 1 \
         --steps 40 --control-steps 1280 --eval-seeds 1 2
 
-Arms share the backbone (``--backbone``), head, chunk and image size; ``--extra`` adds flags to every arm.
+Arms share the backbone (``--backbone``), head, chunk and image size; ``--extra`` adds flags to every arm whose
+algorithm takes them (an RL flag such as ``--sil-coef`` goes to the RL arm only; ``--lr`` to every arm).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -41,6 +44,28 @@ def _run(cmd: list[str]) -> str:
     if p.returncode != 0:
         raise SystemExit(f"failed: ctrl-rl {' '.join(cmd)}\n{p.stderr[-3000:]}")
     return p.stdout
+
+
+def takes(algo: str) -> set[str]:
+    """The flags `ctrl-rl train ALGO` takes: its run, loop and algorithm config fields."""
+    from ctrl_rl.algos import registry
+    from ctrl_rl.learn.config import RunConfig, loop_config_class
+
+    entry = registry.get(algo)
+    classes = (RunConfig, loop_config_class(entry.regime), entry.config)
+    return {"--" + f.name.replace("_", "-") for cls in classes for f in dataclasses.fields(cls)}
+
+
+def flags_for(algo: str, extra: list[str]) -> list[str]:
+    """The flags of ``extra`` (each with the values after it) that ``algo`` takes."""
+    ok, out, keep = takes(algo), [], False
+    for tok in extra:
+        if tok.startswith("--"):
+            name = tok.split("=", 1)[0]
+            keep = name in ok or ("--" + name.removeprefix("--no-")) in ok
+        if keep:
+            out.append(tok)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,17 +98,18 @@ def main(argv: list[str] | None = None) -> None:
     env = f"manip:{a.task}"
     common = ["--env", env, "--dataset", a.dataset, "--backbone", a.backbone, "--head", a.head, "--chunk",
               str(a.chunk), "--image-size", a.image_size, "--lora-rank", str(a.lora_rank), "--threads", "1",
-              "--no-progress", "--log-every", "20", *a.extra]
+              "--no-progress", "--log-every", "20"]
+    # arm -> (algorithm, its flags)
     if a.part == "bc":
-        arms = {"bc": ["--method", "bc", "--total-steps", str(a.steps)]}
+        arms = {"bc": ("vla_bc", ["--total-steps", str(a.steps)])}
     elif a.part == "habc":
-        arms = {"bc": ["--method", "bc", "--total-steps", str(a.steps)],
-                "habc": ["--method", "habc", "--total-steps", str(a.steps)]}
+        arms = {"bc": ("vla_bc", ["--total-steps", str(a.steps)]),
+                "habc": ("vla_habc", ["--total-steps", str(a.steps)])}
     else:
-        arms = {"rl": ["--method", "rl", "--total-steps", str(a.steps), "--num-envs", str(a.num_envs),
-                       "--rollout-chunks", str(a.rollout_chunks)]}
+        arms = {"rl": ("vla_rl", ["--total-steps", str(a.steps), "--num-envs", str(a.num_envs),
+                                  "--rollout-chunks", str(a.rollout_chunks)])}
         if a.control_steps > 0:
-            arms["bc-cont"] = ["--method", "bc", "--total-steps", str(a.control_steps)]
+            arms["bc-cont"] = ("vla_bc", ["--total-steps", str(a.control_steps)])
     tag = f"{a.task}_{a.part}_{a.head}_{Path(a.dataset).name}"
 
     def evaluate(run: Path) -> dict:
@@ -114,11 +140,12 @@ def main(argv: list[str] | None = None) -> None:
             f.write_text(json.dumps(evaluate(init_run(seed))))
 
     def job(item):
-        name, flags, seed = item
+        name, (algo, flags), seed = item
         d = a.runs_dir / tag / f"{name}-s{seed}"
-        extra = ["--init", str(init_run(seed))] if a.part == "rl" else []
+        init = ["--init", str(init_run(seed))] if a.part == "rl" else []
         if not (d / "checkpoints" / "latest.pt").is_file():
-            _run(["train", "vla", *common, *flags, *extra, "--seed", str(seed), "--run-dir", str(d)])
+            _run(["train", algo, *common, *flags, *flags_for(algo, a.extra), *init, "--seed", str(seed),
+                  "--run-dir", str(d)])
         ev = evaluate(d)
         metrics = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
         row = {**ev, "wall_time_s": metrics[-1]["wall_time"],
@@ -129,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         print(name, seed, row, flush=True)
         return f"{name}-s{seed}", row
 
-    items = [(name, flags, seed) for name, flags in arms.items() for seed in a.seeds]
+    items = [(name, arm, seed) for name, arm in arms.items() for seed in a.seeds]
     with ThreadPoolExecutor(a.jobs) as pool:
         if a.part == "rl":
             list(pool.map(before, a.seeds))

@@ -10,16 +10,17 @@ Each configuration is measured in a fresh process (``--worker measure``, one tor
 memory is its own. The process imports everything, builds the env (one instance, the observation the latency is
 measured on) and loads the demonstrations, then reads ``ru_maxrss`` (the baseline), then:
 
-- parameters: trainable and total of ``algo.policy`` (the fraction is ``algo.trainable_fraction()``);
+- parameters: trainable and total of the ``vla_bc`` agent's ``algo.model.policy`` (the fraction is
+  ``algo.model.trainable_fraction()``);
 - BC updates/s: ``algo.update(batch)`` on batches of ``--batch`` random demonstration frames (drawn before the
   clock starts), ``--warmup-updates`` untimed, then ``--updates`` timed together;
-- eager chunk latency at batch 1: ``algo.policy.sample(algo.prefix_from_obs(obs), gen, deterministic=True)``
+- eager chunk latency at batch 1: ``policy.sample(model.prefix_from_obs(obs), gen, deterministic=True)``
   under ``torch.no_grad`` in eval mode, i.e. what ``algo.act`` costs on a step that plans a new chunk (the
   tokens head decodes its H*A = 56 action tokens one at a time with the KV cache; LoRA layers unmerged, as
   trained); ``--warmup-calls`` untimed, then ``--calls`` calls each timed alone, p50 and p99;
 - peak RSS: ``ru_maxrss`` at the end, and its increase over the baseline.
 
-Exported graph, per head, of the LoRA-rank-8 agent: a 2-update run trained with the CLI (``ctrl_rl train vla
+Exported graph, per head, of the LoRA-rank-8 agent: a 2-update run trained with the CLI (``ctrl_rl train vla_bc
 ... --total-steps 2``), exported by ``ctrl_rl.deploy.export.export_run`` (what ``ctrl-rl export RUN --format
 onnx`` runs; LoRA merged into the base weights; the tokens head unrolls its 56 greedy steps without a KV cache)
 in a fresh process (``--worker export``): its wall time (checkpoint loading, tracing, onnxruntime parity check;
@@ -84,9 +85,10 @@ def worker_measure(a) -> dict:
     import torch
 
     import ctrl_rl.vla.backbones  # noqa: F401  (transformers: imported before the baseline)
-    from ctrl_rl.algos.vla import VLA, VLAConfig
+    from ctrl_rl.algos.vla_bc import VLABC
     from ctrl_rl.envs import make_env
     from ctrl_rl.vla.data import load_demos
+    from ctrl_rl.vla.model import VLAModelConfig
 
     torch.set_num_threads(1)
     env = make_env(ENV, 1, seed=0)
@@ -100,19 +102,17 @@ def worker_measure(a) -> dict:
 
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    algo = VLA(VLAConfig(backbone=BACKBONE, head=a.head, chunk=CHUNK, lora_rank=a.rank), spec, torch.device("cpu"), gen)
-    algo.set_statistics(demos.proprio, demos.action)
-    params = list(algo.policy.parameters())
+    cfg = VLAModelConfig(backbone=BACKBONE, head=a.head, chunk=CHUNK, lora_rank=a.rank)
+    algo = VLABC(cfg, spec, torch.device("cpu"), gen)
+    model = algo.model
+    model.set_statistics(demos.proprio, demos.action)
+    params = list(model.policy.parameters())
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
 
     n = a.warmup_updates + a.updates
     rows = torch.randint(0, demos.num_frames, (n, a.batch), generator=torch.Generator().manual_seed(1))  # [n,B]
-    batches = []
-    for r in rows:
-        b = demos.batch(r)
-        b["instructions"] = demos.instructions
-        batches.append(b)
+    batches = [demos.batch(r) for r in rows]
     for b in batches[: a.warmup_updates]:
         algo.update(b)
     t0 = time.perf_counter()
@@ -121,18 +121,18 @@ def worker_measure(a) -> dict:
     seconds = time.perf_counter() - t0
     loss = float(info["loss/actor"])
 
-    algo.policy.eval()
+    model.policy.eval()
 
     def plan():
         with torch.no_grad():
-            algo.policy.sample(algo.prefix_from_obs(obs), algo.gen, deterministic=True)
+            model.policy.sample(model.prefix_from_obs(obs), algo.gen, deterministic=True)
 
     time_calls_ns(plan, a.warmup_calls)
     lat = _percentiles(time_calls_ns(plan, a.calls))
     env.close()
     rss1 = _maxrss_mb()
     return {"head": a.head, "lora_rank": a.rank, "trainable_params": trainable, "total_params": total,
-            "trainable_fraction": algo.trainable_fraction(), "updates": a.updates, "update_seconds": seconds,
+            "trainable_fraction": model.trainable_fraction(), "updates": a.updates, "update_seconds": seconds,
             "updates_per_s": a.updates / seconds, "final_loss": loss, "eager": lat,
             "rss_baseline_mb": rss0, "rss_peak_mb": rss1, "rss_increase_mb": rss1 - rss0}
 
@@ -227,7 +227,7 @@ def ensure_demos(path: Path) -> None:
 
 
 def train_run(head: str, demos: Path, run_dir: Path) -> None:
-    _run([sys.executable, "-m", "ctrl_rl", "train", "vla", "--env", ENV, "--dataset", str(demos), "--head", head,
+    _run([sys.executable, "-m", "ctrl_rl", "train", "vla_bc", "--env", ENV, "--dataset", str(demos), "--head", head,
           "--backbone", BACKBONE, "--chunk", str(CHUNK), "--lora-rank", "8", "--total-steps", "2",
           "--eval-episodes", "1", "--threads", "1", "--no-progress", "--run-dir", str(run_dir)], f"training {head}")
 
