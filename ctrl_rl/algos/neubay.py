@@ -6,11 +6,11 @@ imagined continuations under one posterior sample of the world model each (``wor
 conservatism: the value is kept in check by long rollouts and uncertainty truncation, not by a penalty.
 
 Agent input per step: ``x_t = concat(obs_t, a_{t-1}, r_{t-1})``, zeros at an episode's first step. Two encoders
-of the same shape (actor; critic, with a target copy): ``Linear(I, d_model) + LayerNorm + LeakyReLU``, then
-``lru_layers`` residual LRU layers (Orvieto et al. 2023, "Resurrecting Recurrent Neural Networks", as the
-paper's code: ``x + GLU(GELU(LRU(LayerNorm(x))))``, GLU = ``out1(y) * sigmoid(out2(y))``), where the LRU is the
-diagonal complex recurrence ``h_t = lambda * h_{t-1} + (gamma * B) x_t``, ``y_t = Re(C h_t) + D * x_t``, with
-``|lambda|`` initialised in ``[r_min, r_max]`` and phases in ``[0, max_phase]``.
+of the same shape (actor; critic, with a target copy), each the LRU sequence model ``core.sequence.LRUEncoder``:
+``Linear(I, d_model) + LayerNorm + LeakyReLU``, then ``lru_layers`` residual LRU layers (Orvieto et al. 2023,
+"Resurrecting Recurrent Neural Networks", as the paper's code: ``x + GLU(GELU(LRU(LayerNorm(x))))``), where the
+LRU is the diagonal complex recurrence ``h_t = lambda * h_{t-1} + (gamma * B) x_t``, ``y_t = Re(C h_t) + D * x_t``,
+with ``|lambda|`` initialised in ``[r_min, r_max]`` and phases in ``[0, max_phase]``.
 
 Losses of a batch of T rows (z = encoder features, h = the history up to and including x_t, h' = with x_{t+1}):
 
@@ -30,9 +30,8 @@ ratio. The loop sets the schedule with ``schedule(progress)`` before every updat
 Sequences. A batch (``TapeBatch``) is one flat sequence of concatenated tapes. The encoders read
 ``S = T + P`` inputs: every row's ``x_t``, and after the last row of each of the P tapes one extra input built
 from that row's ``next_obs`` (so h' exists for every row; ``sequence``). The recurrence restarts (hidden 0)
-at each tape's first row. Implementation choice: the LRU's linear recurrence runs as a log-depth parallel
-prefix scan over time (``linear_scan``, ceil(log2 S) steps of whole-sequence tensor ops, the form of the
-paper's ``associative_scan``); ``LRU.step`` is the one-step recurrence the actor uses while acting. Both
+at each tape's first row. The encoders run the recurrence over the sequence as a parallel prefix scan
+(``core.sequence.linear_scan``); the actor's one-step recurrence (``LRUEncoder.step``) runs while acting. Both
 agree to float rounding (tested).
 
 Acting in the real env (``act``): the policy keeps a hidden state, the previous action and reward per env.
@@ -64,8 +63,9 @@ from torch import nn
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
 from ctrl_rl.core.losses import td_target
-from ctrl_rl.core.nets import EnsembleLinear
+from ctrl_rl.core.nets import EnsembleLinear, norm_block
 from ctrl_rl.core.returns import polyak_
+from ctrl_rl.core.sequence import LRUEncoder
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
@@ -158,143 +158,11 @@ class NeuBayConfig:
             raise UserInputError(f"invalid --lr-schedule {self.lr_schedule!r}: expected 'cosine' or 'constant'")
 
 
-# ---- recurrence ----------------------------------------------------------------------------------------
-
-def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``h_t = a_t * h_{t-1} + b_t`` with ``h_{-1} = 0`` along dim 0 of ``a``, ``b [T,...]``, as a Hillis-Steele
-    prefix scan: ceil(log2 T) steps, each one whole-tensor op (out of place, for autograd)."""
-    T, d = a.shape[0], 1
-    while d < T:
-        b = torch.cat([b[:d], b[d:] + a[d:] * b[:-d]])
-        if 2 * d < T:
-            a = torch.cat([a[:d], a[d:] * a[:-d]])
-        d *= 2
-    return b
 
 
-class LRU(nn.Module):
-    """Linear recurrent unit with a diagonal complex recurrence (module docstring; init as the paper's code)."""
-
-    def __init__(self, d_model: int, d_hidden: int, r_min: float, r_max: float, max_phase: float):
-        super().__init__()
-        u1, u2 = torch.rand(d_hidden), torch.rand(d_hidden)
-        nu_log = torch.log(-0.5 * torch.log((u1 * (r_max**2 - r_min**2) + r_min**2).clamp(min=1e-30)))  # [H]
-        self.nu_log = nn.Parameter(nu_log)
-        self.theta_log = nn.Parameter(torch.log((max_phase * u2).clamp(min=1e-30)))  # [H]
-        self.gamma_log = nn.Parameter(torch.log(torch.sqrt(1 - torch.exp(-torch.exp(nu_log)) ** 2)))  # [H]
-        self.B_re = nn.Parameter(torch.randn(d_hidden, d_model) / math.sqrt(2 * d_model))  # [H,D]
-        self.B_im = nn.Parameter(torch.randn(d_hidden, d_model) / math.sqrt(2 * d_model))  # [H,D]
-        self.C_re = nn.Parameter(torch.randn(d_model, d_hidden) / math.sqrt(d_hidden))  # [D,H]
-        self.C_im = nn.Parameter(torch.randn(d_model, d_hidden) / math.sqrt(d_hidden))  # [D,H]
-        self.D = nn.Parameter(torch.randn(d_model))  # [D]
-
-    def lam(self) -> torch.Tensor:
-        return torch.exp(torch.complex(-self.nu_log.exp(), self.theta_log.exp()))  # [H] complex, |lambda| < 1
-
-    def drive(self, x: torch.Tensor) -> torch.Tensor:
-        """``(gamma * B) x`` as a complex ``[..., H]`` from real ``x [..., D]`` (two real matmuls)."""
-        g = self.gamma_log.exp()  # [H]
-        return torch.complex(x @ self.B_re.T * g, x @ self.B_im.T * g)
-
-    def read(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``Re(C h) + D * x`` -> ``[..., D]``."""
-        return h.real @ self.C_re.T - h.imag @ self.C_im.T + x * self.D
-
-    def forward(self, x: torch.Tensor, start: torch.Tensor, h0: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x [S,N,D]``, ``start [S,N]`` (hidden reset to 0 before these rows), ``h0 [N,H]`` -> ``(y [S,N,D],
-        h [S,N,H])`` (every hidden state)."""
-        bx = self.drive(x)  # [S,N,H]
-        a = self.lam() * (~start).unsqueeze(-1)  # [S,N,H]: 0 where the recurrence restarts
-        if h0 is not None:
-            bx = torch.cat([bx[:1] + a[:1] * h0, bx[1:]])
-        h = linear_scan(a, bx)  # [S,N,H]
-        return self.read(h, x), h
-
-    def step(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step: ``x [N,D]``, ``h [N,H]`` -> ``(y [N,D], h [N,H])``."""
-        h = self.lam() * h + self.drive(x)
-        return self.read(h, x), h
-
-    def step_real(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``step`` in real arithmetic (graphs without complex tensors: ONNX): ``h [N,H,2]`` holds the real and
-        imaginary parts; ``lambda = exp(-nu) (cos theta + i sin theta)``."""
-        r = torch.exp(-self.nu_log.exp())  # [H]
-        theta = self.theta_log.exp()  # [H]
-        lam_re, lam_im = r * torch.cos(theta), r * torch.sin(theta)  # [H] each
-        g = self.gamma_log.exp()  # [H]
-        h_re, h_im = h[..., 0], h[..., 1]  # [N,H] each
-        new_re = lam_re * h_re - lam_im * h_im + x @ self.B_re.T * g  # [N,H]
-        new_im = lam_re * h_im + lam_im * h_re + x @ self.B_im.T * g  # [N,H]
-        y = new_re @ self.C_re.T - new_im @ self.C_im.T + x * self.D  # [N,D]
-        return y, torch.stack([new_re, new_im], -1)
-
-
-def block(in_dim: int, out_dim: int) -> nn.Sequential:
-    """The paper's MLP block: Linear + LayerNorm + LeakyReLU (slope 0.01)."""
-    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.LayerNorm(out_dim), nn.LeakyReLU())
-
-
-class LRULayer(nn.Module):
-    """``x + out1(g) * sigmoid(out2(g))``, ``g = GELU(LRU(LayerNorm(x)))`` (the paper's ``SequenceLayer``)."""
-
-    def __init__(self, c: NeuBayConfig):
-        super().__init__()
-        self.norm = nn.LayerNorm(c.d_model)
-        self.lru = LRU(c.d_model, c.lru_hidden, c.r_min, c.r_max, c.max_phase)
-        self.out1, self.out2 = nn.Linear(c.d_model, c.d_model), nn.Linear(c.d_model, c.d_model)
-
-    def _glu(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        g = F.gelu(y, approximate="tanh")
-        return x + self.out1(g) * torch.sigmoid(self.out2(g))
-
-    def forward(self, x, start, h0=None):
-        y, h = self.lru(self.norm(x), start, h0)
-        return self._glu(x, y), h
-
-    def step(self, x, h):
-        y, h = self.lru.step(self.norm(x), h)
-        return self._glu(x, y), h
-
-    def step_real(self, x, h):
-        y, h = self.lru.step_real(self.norm(x), h)
-        return self._glu(x, y), h
-
-
-class HistoryEncoder(nn.Module):
-    """Inputs ``x_t`` -> features ``z_t [D]`` of the history so far (input block, then the LRU layers)."""
-
-    def __init__(self, in_dim: int, c: NeuBayConfig):
-        super().__init__()
-        self.pre = block(in_dim, c.d_model)
-        self.layers = nn.ModuleList(LRULayer(c) for _ in range(c.lru_layers))
-        self.hidden_shape = (c.lru_layers, c.lru_hidden)
-
-    def forward(self, x: torch.Tensor, start: torch.Tensor, at: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x [S,N,I]``, ``start [S,N]`` -> ``(z [S,N,D], hidden [len(at),N,L,H] at the rows ``at``, or None)``."""
-        z, hs = self.pre(x), []
-        for layer in self.layers:
-            z, h = layer(z, start)  # [S,N,D], [S,N,H]
-            if at is not None:
-                hs.append(h[at])
-        return z, (torch.stack(hs, -2) if at is not None else None)
-
-    def step(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x [N,I]``, ``hidden [N,L,H]`` complex -> ``(z [N,D], hidden [N,L,H])``."""
-        z, hs = self.pre(x), []
-        for i, layer in enumerate(self.layers):
-            z, h = layer.step(z, hidden[:, i])
-            hs.append(h)
-        return z, torch.stack(hs, 1)
-
-    def step_real(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``step`` with ``hidden [N,L,H,2]`` as real and imaginary parts (no complex tensors in the graph)."""
-        z, hs = self.pre(x), []
-        for i, layer in enumerate(self.layers):
-            z, h = layer.step_real(z, hidden[:, i])
-            hs.append(h)
-        return z, torch.stack(hs, 1)
+def encoder(in_dim: int, c: NeuBayConfig) -> LRUEncoder:
+    """A history encoder: inputs ``x_t [I]`` -> features ``z_t [D]`` of the history so far."""
+    return LRUEncoder(in_dim, c.d_model, c.lru_hidden, c.lru_layers, c.r_min, c.r_max, c.max_phase)
 
 
 class ActorHead(nn.Module):
@@ -303,7 +171,7 @@ class ActorHead(nn.Module):
     def __init__(self, in_dim: int, hidden: tuple[int, ...], action_dim: int):
         super().__init__()
         dims = (in_dim, *hidden)
-        self.net = nn.Sequential(*(block(a, b) for a, b in zip(dims[:-1], dims[1:])),
+        self.net = nn.Sequential(*(norm_block(a, b) for a, b in zip(dims[:-1], dims[1:])),
                                  nn.Linear(dims[-1], 2 * action_dim))
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,10 +206,10 @@ class RecurrentPolicy(nn.Module):
     """Exported deterministic policy: ``forward(obs [N,O], prev_action [N,A], prev_reward [N], hidden [N,L,H,2])
     -> (action [N,A] in [-1, 1], hidden [N,L,H,2])``; ``hidden`` holds the real and imaginary parts of the actor's
     LRU states (zeros at an episode's start, with zero previous action and reward). Real arithmetic only
-    (``HistoryEncoder.step_real``), so it exports to ONNX; traceable with
+    (``LRUEncoder.step_real``), so it exports to ONNX; traceable with
     ``torch.jit.trace(policy, (obs, prev_action, prev_reward, hidden))``."""
 
-    def __init__(self, encoder: HistoryEncoder, head: ActorHead):
+    def __init__(self, encoder: LRUEncoder, head: ActorHead):
         super().__init__()
         self.encoder, self.head = encoder, head
 
@@ -379,9 +247,9 @@ class NeuBay:
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
         c, A = config, spec.action_dim
         in_dim = spec.obs_dim + A + 1
-        self.actor_encoder = HistoryEncoder(in_dim, c).to(self.device)
+        self.actor_encoder = encoder(in_dim, c).to(self.device)
         self.actor = ActorHead(c.d_model, c.head_hidden, A).to(self.device)
-        self.critic_encoder = HistoryEncoder(in_dim, c).to(self.device)
+        self.critic_encoder = encoder(in_dim, c).to(self.device)
         self.critic = CriticHeads(c.num_critics, c.d_model + A, c.head_hidden, c.critic_out_scale).to(self.device)
         self.target_encoder = copy.deepcopy(self.critic_encoder).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
@@ -439,7 +307,7 @@ class NeuBay:
         start[pos] = first
         return seq[:S], start, pos
 
-    def _encode(self, encoder: HistoryEncoder, seq: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    def _encode(self, encoder: LRUEncoder, seq: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         return encoder(seq.unsqueeze(1), start.unsqueeze(1))[0].squeeze(1)  # [S,D]
 
     # ---- losses and steps ---------------------------------------------------------------------------

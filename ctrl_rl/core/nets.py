@@ -180,3 +180,9 @@ class BatchRenorm(nn.Module):
             self.steps += 1
         x_hat = (x - mean) / std * r + d
         return x_hat * self.weight + self.bias
+
+
+def norm_block(in_dim: int, out_dim: int) -> nn.Sequential:
+    """``Linear + LayerNorm + LeakyReLU`` (slope 0.01), PyTorch's default Linear initialisation: NeuBay's MLP block
+    (the LRU encoder's input block, its actor head)."""
+    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.LayerNorm(out_dim), nn.LeakyReLU())

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.algos.neubay import LRU, HistoryEncoder, NeuBay, NeuBayConfig, linear_scan
+from ctrl_rl.algos.neubay import NeuBay, NeuBayConfig
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.offline import OfflineDataset
@@ -101,40 +101,6 @@ def test_mixed_loss_weights_the_real_and_imagined_means():
     _, info = algo.critic_loss(tape_batch())
     assert math.isclose(float(info["loss/critic"]), 0.3 * float(info["loss/critic_real"])
                         + 0.7 * float(info["loss/critic_imag"]), rel_tol=1e-5)
-
-
-def test_linear_scan_and_the_lru_over_a_sequence_equal_the_step_by_step_recurrence():
-    torch.manual_seed(1)
-    a, b = torch.randn(37, 2, 5, dtype=torch.complex64) * 0.5, torch.randn(37, 2, 5, dtype=torch.complex64)
-    h, ref = torch.zeros(2, 5, dtype=torch.complex64), []
-    for t in range(37):
-        h = a[t] * h + b[t]
-        ref.append(h)
-    assert torch.allclose(linear_scan(a, b), torch.stack(ref), atol=1e-5)
-
-    lru = LRU(8, 6, 0.0, 0.9, 6.28)
-    S, N = 29, 3
-    x, start = torch.randn(S, N, 8), torch.rand(S, N) < 0.15
-    start[0] = True
-    y, hs = lru(x, start)
-    h = torch.zeros(N, 6, dtype=torch.complex64)
-    for t in range(S):
-        h = torch.where(start[t].unsqueeze(1), torch.zeros_like(h), h)
-        yt, h = lru.step(x[t], h)
-        assert torch.allclose(y[t], yt, atol=1e-5) and torch.allclose(hs[t], h, atol=1e-5)
-    assert lru.lam().abs().max() < 0.9 + 1e-6
-
-    enc = HistoryEncoder(5, NeuBayConfig(**TINY))
-    xs = torch.randn(S, N, 5)
-    z, hid = enc(xs, start, at=torch.tensor([4, S - 1]))
-    hid_t = torch.zeros(N, 2, 8, dtype=torch.complex64)
-    for t in range(S):
-        hid_t = torch.where(start[t][:, None, None], torch.zeros_like(hid_t), hid_t)
-        zt, hid_t = enc.step(xs[t], hid_t)
-        assert torch.allclose(z[t], zt, atol=1e-4)
-        if t == 4:
-            assert torch.allclose(hid[0], hid_t, atol=1e-5)
-    assert torch.allclose(hid[1], hid_t, atol=1e-5)
 
 
 def test_sequence_puts_each_history_and_the_next_input_after_every_tape():
