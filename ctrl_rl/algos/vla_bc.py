@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.vla.habc import SampleWeighting
 from ctrl_rl.vla.model import SHAPE_FIELDS, VLAModel, VLAModelConfig
@@ -48,7 +49,7 @@ class VLABC:
 
     # ----- acting (evaluation, deployment in Python) -----
 
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         return self.model.act(obs, deterministic, self.gen)
 
     def reset_state(self, n: int) -> None:

@@ -32,10 +32,12 @@ from torch import nn
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.algos.vla_bc import VLA_INIT_FROM, VLA_RUN_DEFAULTS
 from ctrl_rl.core.nets import mlp
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.returns import gae, group_relative_advantages
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.vla.data import split_rows
+from ctrl_rl.vla.heads import RegressionHead
 from ctrl_rl.vla.model import SHAPE_FIELDS, VLAModel, VLAModelConfig
 
 
@@ -158,6 +160,7 @@ class VLARL:
         self.model.policy.eval()
         x, stored, logp = self.model.policy.sample(self.model.prefix_from_obs(obs), self.gen, False,
                                                    self.config.flow_sigma)
+        assert logp is not None  # a sampled chunk (flow_sigma > 0) has a likelihood
         return x, stored, logp, self.state_value(obs["state"])
 
     @torch.no_grad()
@@ -170,9 +173,10 @@ class VLARL:
     def start_from(self, policy_state: dict[str, Any]) -> None:
         """Another run's policy; the regression head's noise back to ``init_log_std`` (imitation never trains it)."""
         self.model.policy.load_state_dict(policy_state)
-        if self.config.head == "regression":
+        head = self.model.policy.head
+        if isinstance(head, RegressionHead):
             with torch.no_grad():
-                self.model.policy.head.log_std.fill_(self.config.init_log_std)
+                head.log_std.fill_(self.config.init_log_std)
 
     # ----- update -----
 
@@ -227,7 +231,7 @@ class VLARL:
             l_sil = self._own_loss(None if own_parts is None else own_parts[i], adv.device)
             loss = l_pg + c.sft_coef * l_sft + c.sil_coef * l_sil
             ent = torch.zeros((), device=adv.device)
-            if c.ent_coef > 0 and c.head == "regression":
+            if c.ent_coef > 0 and isinstance(policy.head, RegressionHead):
                 ent = policy.head.entropy()
                 loss = loss - c.ent_coef * ent
             with torch.no_grad():
@@ -241,7 +245,7 @@ class VLARL:
                 break
         keys = ("loss/policy", "loss/sft", "stats/approx_kl", "stats/clip_frac", "stats/grad_norm", "stats/entropy",
                 "loss/self_imitation")
-        out = dict(zip(keys, torch.stack(stats).mean(0))) if stats else {}  # none with ppo_epochs 0
+        out: dict[str, torch.Tensor] = dict(zip(keys, torch.stack(stats).mean(0))) if stats else {}  # none: 0 epochs
         out["stats/policy_steps"] = torch.tensor(float(len(stats) - stop))
         return out
 
@@ -285,7 +289,7 @@ class VLARL:
 
     # ----- acting (evaluation, deployment in Python) -----
 
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         return self.model.act(obs, deterministic, self.gen, self.config.flow_sigma)
 
     def reset_state(self, n: int) -> None:

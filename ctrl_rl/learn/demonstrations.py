@@ -97,7 +97,7 @@ def start(ctx: RunContext, entry, run: RunConfig, cfg, init: Init | None) -> Sta
     algo = entry.make(cfg, spec, ctx.device, gen)
     if not isinstance(algo, DemonstrationLearner):
         raise TypeError(f"{entry.name} runs on demonstrations but has no VLAModel `model` and `start_from`")
-    demos = algo.model.load_demos(run.dataset, spec.action_space_name or "", loop.action_key, loop.state_key)
+    demos = algo.model.load_demos(str(run.dataset), spec.action_space_name or "", loop.action_key, loop.state_key)
     step, last_return = 0, float("nan")
     if ctx.checkpoint is not None:
         load_state(algo, ctx.checkpoint["algo_state"], "networks", ctx.ck_dir / "latest.pt")

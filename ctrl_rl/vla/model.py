@@ -21,6 +21,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from ctrl_rl.core.obs import Obs
+from ctrl_rl.core.protocols import Algorithm
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
@@ -214,10 +216,10 @@ class VLAModel:
             self._left[done.to(self._left.device)] = 0  # a new episode plans afresh
 
     @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool, gen: torch.Generator,
-            sigma: float = 0.0) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool, gen: torch.Generator, sigma: float = 0.0) -> torch.Tensor:
         """The next action of each env's current chunk ``[N,A]``; envs whose chunk is used up plan a new one
         (``sigma``: the flow head's chain noise when sampling; 0 integrates from random noise)."""
+        assert isinstance(obs, dict), "a VLA acts on observation parts (cameras, language, state)"
         N = obs["state"].shape[0]
         if self._left is None or self._queue is None or self._left.shape[0] != N:
             self.reset_state(N)
@@ -253,8 +255,8 @@ class VLAModel:
 
 
 @runtime_checkable
-class DemonstrationLearner(Protocol):
-    """What the demonstrations loops need of an algorithm beyond ``core.protocols.Algorithm``: its ``VLAModel``
+class DemonstrationLearner(Algorithm, Protocol):
+    """An algorithm (``core.protocols.Algorithm``) with what the demonstrations loops need beyond it: its ``VLAModel``
     (cameras, chunk and proprioception the demonstrations are read for; their statistics) and a start from another
     run's policy weights (``--init``)."""
 

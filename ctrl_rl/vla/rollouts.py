@@ -25,12 +25,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from ctrl_rl.core.protocols import Algorithm
 from ctrl_rl.core.returns import successful_episode_steps
 
 
 @runtime_checkable
-class ChunkLearner(Protocol):
-    """What the chunk-rollouts loop needs of an algorithm beyond ``core.protocols.Algorithm``."""
+class ChunkLearner(Algorithm, Protocol):
+    """An algorithm (``core.protocols.Algorithm``) with what the chunk-rollouts loop needs beyond it."""
 
     @property
     def execute(self) -> int:
