@@ -200,7 +200,7 @@ def cmd_train(args: list[str]) -> int:
         raise UserInputError(f"`ctrl-rl train {algo} --method {method}` is now `ctrl-rl train {algo}_{method}`: "
                              "expected the method in the algorithm's name (`ctrl-rl list algos` lists them)")
     entry = registry.get(algo)
-    cfg_cls, loop_cls = entry.config, loop_config_class(entry.regime)
+    cfg_cls, loop_cls = entry.config, loop_config_class(entry.regime, entry.collector)
     prog = f"ctrl-rl train {algo}"
     if "trace_lambda" in {f.name for f in dataclasses.fields(cfg_cls)}:  # --lambda: `lambda` is a Python keyword
         rest = ["--trace-lambda" + a[len("--lambda"):] if a == "--lambda" or a.startswith("--lambda=") else a

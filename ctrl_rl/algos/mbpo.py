@@ -7,7 +7,7 @@ dynamics (docs/algorithms/mbpo.md#the-edge-of-reach-problem); SAC logs the ``sta
 ``stats/q_member_std`` that experiment plots. MOPO (``algos/mopo.py``) is the same entry with a reward penalty
 in the loop's settings; RAVL (``algos/ravl.py``) is SAC with an EDAC critic ensemble. How the model's rollouts
 feed the agent (``rollout_length``, ``real_ratio``, ``penalty``, ``penalty_kind``, ``member_mode``, the rollout
-starts and interval) are settings of the model-based loop (``learn.config.ModelBasedLoopConfig``,
+starts and interval) are settings of the model-based loop (``learn.config.FlatRolloutsLoopConfig``,
 ``learn/model_based.py``), given on the command line beside SAC's.
 """
 

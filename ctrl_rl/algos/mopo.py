@@ -12,7 +12,7 @@ rollouts of 50,000 starts every 1000 gradient steps kept for 5 rounds, real rati
 
 The presets ``mopo-<dataset>`` under experiments/presets carry these pairs. MOPO is SAC (``algos/sac.py``) on the
 model-based loop with the penalty on: ``penalty`` and ``penalty_kind`` are the loop's settings
-(``learn.config.ModelBasedLoopConfig``), which this entry's ``loop_defaults`` set.
+(``learn.config.FlatRolloutsLoopConfig``), which this entry's ``loop_defaults`` set.
 """
 
 from __future__ import annotations

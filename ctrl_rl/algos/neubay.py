@@ -25,7 +25,7 @@ critic step, through the updated critic (its encoder run again, without gradient
 decay 0, eps 1e-8; gradients NaN-zeroed, then clipped to global norm ``grad_clip`` separately for each
 encoder and each head (the paper's per-label optax chains); lr cosine-decayed over the run to
 ``lr * ratio`` (critic ratio 1.0: constant; actor ratio 0.0), encoders at ``encoder_lr`` with their network's
-ratio. The loop sets the schedule with ``schedule(progress)`` before every update.
+ratio. The loop sets the schedule with ``schedule(progress)`` before every update (``core.protocols.Scheduled``).
 
 Sequences. A batch (``TapeBatch``) is one flat sequence of concatenated tapes. The encoders read
 ``S = T + P`` inputs: every row's ``x_t``, and after the last row of each of the P tapes one extra input built
@@ -465,7 +465,7 @@ class NeuBay:
 
 
 register(AlgoEntry(
-    "neubay", NeuBayConfig, NeuBay, regime="model-based-recurrent",
+    "neubay", NeuBayConfig, NeuBay, regime="model-based", collector="tapes",
     summary="NeuBay: history-conditioned (LRU) SAC on long model rollouts, one ensemble member per rollout, "
             "uncertainty truncation, no conservatism",
     run_defaults={"num_envs": 1, "total_steps": 2_000_000, "log_every": 1000, "checkpoint_every": 20_000,

@@ -15,7 +15,7 @@ not checked (docs/algorithms/ravl.md#per-dataset-settings), so no per-dataset pr
 
 RAVL is SAC (``algos/sac.py``) with these settings (``RAVL_SAC``): SAC-N's summed critic loss
 (``critic_reduction="sum"``), EDAC's diversity term (``edac_eta``, ``core.losses.edac_diversity``) and EDAC's
-initialisation (``edac_init``), on the model-based loop without a penalty (``learn.config.ModelBasedLoopConfig``'s
+initialisation (``edac_init``), on the model-based loop without a penalty (``learn.config.FlatRolloutsLoopConfig``'s
 defaults).
 """
 

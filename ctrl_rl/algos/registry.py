@@ -17,13 +17,14 @@ Regimes (registered by the loops of ``ctrl_rl.learn``, ``learn/regimes.py``) and
 - ``offline-to-online``: the off-policy loop started from a pre-trained checkpoint (``--init``) and/or with
   offline data mixed into the batches (WSRL, RLPD, SAC Flow O2O).
 - ``world-model``: dataset -> a dynamics ensemble fitted epoch by epoch with early stopping (``dynamics``).
-- ``model-based``: dataset -> a fitted model (``--model RUN`` or fitted first) -> k-step rollouts of the
-  current actor into a model buffer -> ``update(batch)`` on real and imagined rows (MBPO, MOPO, RAVL).
-- ``model-based-recurrent``: dataset -> a fitted model -> real history prefixes continued in the model by the
-  current recurrent actor (one member per rollout, uncertainty truncation) -> episode tapes -> ``update(tapes)``
-  (NeuBay). Such an algorithm also has ``schedule(progress)``, the collector's ``warm_up`` / ``advance`` /
-  ``sample_action`` (``world_models.history.HistoryAgent``), and ``reset_state(n)`` / ``observe(reward, done)``
-  for its acting state.
+- ``model-based``: dataset -> a fitted model (``--model RUN`` or fitted first) -> imagined rollouts of the
+  current actor through the collector the entry names (``collector``): by default k-step rollouts from dataset
+  states into a flat model buffer -> ``update(batch)`` on real and imagined rows (MBPO, MOPO, RAVL);
+  ``collector="tapes"``: real history prefixes continued by a recurrent actor (one member per rollout,
+  uncertainty truncation) -> episode tapes -> ``update(tapes)`` (NeuBay). An algorithm of the tapes collector
+  also has the collector's ``warm_up`` / ``advance`` / ``sample_action`` (``world_models.history.HistoryAgent``)
+  and ``reset_state(n)`` / ``observe(reward, done)`` for its acting state; a ``schedule(progress)`` runs before
+  every update.
 - ``actor-learner``: actors (in-process, worker processes or Ray) collect ``[T, N]`` segments with the weights they
   last received -> the learner's ``update(segments)`` with off-policy correction (IMPALA's V-trace, DoMo-AC). Such
   an algorithm also has ``sample(obs) -> (action, log_prob)`` and ``policy_state()`` / ``load_policy_state()`` (the
@@ -105,6 +106,10 @@ class AlgoEntry:
     """``scale_envs(num_envs, config, k) -> (num_envs, config)``: the co-scaling rule behind ``--scale-envs``."""
     distributed: bool = False
     """Runs data-parallel under torchrun."""
+    collector: str | None = None
+    """Model-based only: how the model's rollouts reach the agent, one of the collectors the regime offers
+    (``learn/model_based.py``): None, k-step rollouts into a flat replay buffer; ``"tapes"``, history rollouts of a
+    recurrent agent into a tape buffer. It picks the loop config (and so the flags) the entry trains with."""
     model_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Model-based only: the world model's config fields this agent fits with when no ``--model`` is given
     (NeuBay: a LayerNorm residual ensemble); empty: the world-model entry's defaults."""

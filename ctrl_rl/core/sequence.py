@@ -26,6 +26,7 @@ Shape letters: S sequence rows, N sequences, I input dim, D d_model, L layers, H
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -159,7 +160,7 @@ class LRUEncoder(nn.Module):
         """``x [N,I]``, ``hidden [N,L,H]`` complex -> ``(z [N,D], hidden [N,L,H])``."""
         z, hs = self.pre(x), []
         for i, layer in enumerate(self.layers):
-            z, h = layer.step(z, hidden[:, i])
+            z, h = cast(LRULayer, layer).step(z, hidden[:, i])
             hs.append(h)
         return z, torch.stack(hs, 1)
 
@@ -167,6 +168,6 @@ class LRUEncoder(nn.Module):
         """``step`` with ``hidden [N,L,H,2]`` as real and imaginary parts (no complex tensors in the graph)."""
         z, hs = self.pre(x), []
         for i, layer in enumerate(self.layers):
-            z, h = layer.step_real(z, hidden[:, i])
+            z, h = cast(LRULayer, layer).step_real(z, hidden[:, i])
             hs.append(h)
         return z, torch.stack(hs, 1)

@@ -136,14 +136,29 @@ class WorldModelLoopConfig:
 
 @dataclass(frozen=True)
 class ModelBasedLoopConfig:
-    """Settings of the model-based offline loop (``ctrl_rl.learn.model_based``): where the model comes from, how often
-    its rollouts refill the model buffer and how they feed the agent (``--total-steps`` counts gradient steps).
-    Defaults: MOPO's and RAVL's shared settings, no penalty (``mopo`` sets one)."""
+    """Settings every collector of the model-based loop (``ctrl_rl.learn.model_based``) shares: where the model comes
+    from and how the dataset's actions are read. A run's loop config is its collector's subclass
+    (``FlatRolloutsLoopConfig``, ``TapeRolloutsLoopConfig``); ``--total-steps`` counts gradient steps."""
+
+    model: str | None = None
+    """A ``ctrl-rl train dynamics`` run to take the model from (None: fit one first in RUN_DIR/dynamics; ``true``: the
+    real simulator)."""
+    clip_actions: float | None = None
+    """Clip the dataset's actions to +-this when loading (None: no clip)."""
+
+    def __post_init__(self) -> None:
+        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
+            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
+
+
+@dataclass(frozen=True)
+class FlatRolloutsLoopConfig(ModelBasedLoopConfig):
+    """The model-based loop with the default collector: k-step rollouts of the actor from dataset states into a flat
+    model buffer, batches mixed with real rows (MBPO, MOPO, RAVL). Defaults: MOPO's and RAVL's shared settings, no
+    penalty (``mopo`` sets one)."""
 
     batch_size: int = 256
     """Transitions per gradient step (real and imagined together)."""
-    model: str | None = None
-    """A ``ctrl-rl train dynamics`` run to take the model from (None: fit one first in RUN_DIR/dynamics)."""
     rollout_starts: int = 50_000
     """Dataset states every rollout round starts from (MOPO, RAVL: 50,000)."""
     rollout_every: int = 1000
@@ -161,10 +176,9 @@ class ModelBasedLoopConfig:
     total variance (``world_models.protocol``)."""
     member_mode: Literal["step", "episode"] = "step"
     """Which elite predicts: a random one per transition (MBPO, MOPO, RAVL) or one per imagined episode."""
-    clip_actions: float | None = None
-    """Clip the dataset's actions to +-this when loading (None: no clip)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("batch_size", "rollout_starts", "rollout_every", "retain_rounds", "rollout_length"):
             _positive_int(name, getattr(self, name))
         _finite_fraction("real_ratio", self.real_ratio)
@@ -175,19 +189,14 @@ class ModelBasedLoopConfig:
                                  "or 'total_var'")
         if self.member_mode not in ("step", "episode"):
             raise UserInputError(f"invalid --member-mode {self.member_mode!r}: expected 'step' or 'episode'")
-        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
-            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
 
 
 @dataclass(frozen=True)
-class RecurrentModelBasedLoopConfig:
-    """Settings of the history-based model loop (``ctrl_rl.learn.tape_rollouts``;
-    docs/algorithms/neubay.md#imagined-continuations): where the model
-    comes from, how the collector imagines continuations of real histories, and the tape buffer the agent samples
-    (``--total-steps`` counts gradient steps). Defaults: NeuBay's ``configs/d4rl_loco/base.yaml``."""
+class TapeRolloutsLoopConfig(ModelBasedLoopConfig):
+    """The model-based loop with the ``tapes`` collector (docs/algorithms/neubay.md#imagined-continuations): real
+    histories continued in the model by a recurrent actor, whole tapes into a tape buffer the agent samples.
+    Defaults: NeuBay's ``configs/d4rl_loco/base.yaml``."""
 
-    model: str | None = None
-    """A ``ctrl-rl train dynamics`` run to take the model from (None: fit one first in RUN_DIR/dynamics)."""
     batch_transitions: int = 2048
     """Transitions per gradient step: whole tapes concatenated until this many, the last one cut (paper 2048)."""
     parallel_rollouts: int = 100
@@ -203,10 +212,9 @@ class RecurrentModelBasedLoopConfig:
     1000 for the MuJoCo tasks)."""
     buffer_transitions: int = 40_000_000
     """Tape buffer capacity in transitions, oldest whole tapes dropped first (paper 40M; memory grows with use)."""
-    clip_actions: float | None = None
-    """Clip the dataset's actions to +-this when loading (None: no clip)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("batch_transitions", "parallel_rollouts", "buffer_transitions"):
             _positive_int(name, getattr(self, name))
         if self.horizon is not None:
@@ -215,8 +223,6 @@ class RecurrentModelBasedLoopConfig:
             raise UserInputError(f"invalid --utd {self.utd!r}: "
                                  "expected a positive number of gradient steps per transition")
         _finite_fraction("uncertainty_quantile", self.uncertainty_quantile)
-        if self.clip_actions is not None and not 0.0 < self.clip_actions <= 1.0:
-            raise UserInputError(f"invalid --clip-actions {self.clip_actions!r}: expected a value in (0, 1] or None")
 
 
 @dataclass(frozen=True)
@@ -288,7 +294,7 @@ class ChunkRolloutsLoopConfig(DemonstrationsLoopConfig):
 
 
 LoopConfig = (OnPolicyLoopConfig | OffPolicyLoopConfig | OfflineLoopConfig | WorldModelLoopConfig
-              | ModelBasedLoopConfig | RecurrentModelBasedLoopConfig | ActorLearnerLoopConfig | DemonstrationsLoopConfig
+              | FlatRolloutsLoopConfig | TapeRolloutsLoopConfig | ActorLearnerLoopConfig | DemonstrationsLoopConfig
               | ChunkRolloutsLoopConfig)
 
 
@@ -474,17 +480,18 @@ def _convert(tp: Any, v: Any, what: str) -> Any:
     return v
 
 
-def loop_config_class(regime: str) -> type:
-    """The loop config class of a regime (``ctrl_rl.learn.regimes``)."""
+def loop_config_class(regime: str, collector: str | None = None) -> type:
+    """The loop config class of a regime (``ctrl_rl.learn.regimes``), for an entry that names ``collector``
+    (``AlgoEntry.collector``; None: the regime's default)."""
     from ctrl_rl.learn.regimes import get_regime  # the registry imports the loops, which import this module
 
-    return get_regime(regime).loop_config
+    return get_regime(regime).loop_config_for(collector)
 
 
 def ensure_loop(entry, run: RunConfig) -> RunConfig:
     """``run`` with the entry's default loop config when it has none (library use: ``RunConfig(env=...)``); a loop
     config of another regime's class is refused."""
-    cls = loop_config_class(entry.regime)
+    cls = loop_config_class(entry.regime, entry.collector)
     if run.loop is None:
         return dataclasses.replace(run, loop=cls(**entry.loop_defaults))
     if not isinstance(run.loop, cls):
@@ -495,7 +502,7 @@ def ensure_loop(entry, run: RunConfig) -> RunConfig:
 def build_run(entry, run: dict, loop: dict, what: str = "run") -> RunConfig:
     """A RunConfig with its loop config, from JSON-like dicts (unknown keys are refused with a sentence)."""
     run = {k: v for k, v in run.items() if k != "loop"}
-    loop_cfg = from_dict(loop_config_class(entry.regime), loop, f"{what} loop")
+    loop_cfg = from_dict(loop_config_class(entry.regime, entry.collector), loop, f"{what} loop")
     return dataclasses.replace(from_dict(RunConfig, run, what), loop=loop_cfg)
 
 
@@ -528,7 +535,7 @@ def parse_saved(raw: dict, what: str) -> tuple[Any, RunConfig, Any]:
     entry = registry.get(raw["algo"])
     run = dict(raw.get("run") or {})
     cfg = dict(raw.get("config") or {})
-    loop_fields = {f.name for f in dataclasses.fields(loop_config_class(entry.regime))}
+    loop_fields = {f.name for f in dataclasses.fields(loop_config_class(entry.regime, entry.collector))}
     cfg_fields = {f.name for f in dataclasses.fields(entry.config)}
     moved = {k: v for k, v in cfg.items() if k in loop_fields and k not in cfg_fields}
     if "loop" in run:

@@ -5,36 +5,65 @@
 calibration go to metrics.jsonl and TensorBoard. The run directory then holds ``model.pt`` (weights, elites,
 normalisers, the config and the task it was fitted on), which agents reuse with ``--model RUN``.
 
-``train_model_based`` (regime ``model-based``: mbpo, mopo, ravl): the model comes from ``--model RUN`` or is
-fitted first in ``RUN_DIR/dynamics`` (a resumable dynamics run). Every ``--rollout-every`` gradient steps the
-current actor is rolled out for ``--rollout-length`` steps in a ``ModelEnv`` from
-``--rollout-starts`` dataset states (rewards penalised by ``--penalty``) into a FIFO model buffer holding
-``--retain-rounds`` rounds; every batch takes ``--real-ratio`` of its rows from the dataset and the rest from the
-model buffer. ``--model true`` puts the real simulator in the model's place (``TrueDynamicsEnv``, states set
-from the dataset's ``infos/qpos`` and ``infos/qvel``): RAVL's edge-of-reach experiment. Evaluation, logging and
-checkpoints are the offline loop's (``learn.offline.run_updates``); checkpoints also hold the model buffer and
-the model env's state, so ``--resume`` continues bit for bit.
+``train_model_based`` (regime ``model-based``): the model comes from ``--model RUN`` or is fitted first in
+``RUN_DIR/dynamics`` (a resumable dynamics run, with the agent entry's ``model_defaults``). The model's imagined
+data reaches the agent through a collector, the one the entry names (``AlgoEntry.collector``), whose loop config
+holds that collector's settings (and so its flags) beside the common ``model`` and ``clip_actions``
+(``ModelBasedLoopConfig``):
+
+- ``FlatRollouts`` (the default; ``FlatRolloutsLoopConfig``; mbpo, mopo, ravl): every ``--rollout-every`` gradient
+  steps the current actor is rolled out for ``--rollout-length`` steps in a ``ModelEnv`` from ``--rollout-starts``
+  dataset states (rewards penalised by ``--penalty``) into a FIFO model buffer holding ``--retain-rounds`` rounds;
+  every batch takes ``--real-ratio`` of its rows from the dataset and the rest from the model buffer.
+  ``--model true`` puts the real simulator in the model's place (``TrueDynamicsEnv``, states set from the
+  dataset's ``infos/qpos`` and ``infos/qvel``): RAVL's edge-of-reach experiment.
+- ``TapeRollouts`` (``collector="tapes"``; ``TapeRolloutsLoopConfig``; neubay): real history prefixes continued in
+  the model by the recurrent actor (one elite per rollout, truncated by uncertainty or the horizon), whole tapes
+  into a tape buffer; each collection pays for ``ceil(--utd x transitions added)`` gradient steps on
+  ``--batch-transitions`` rows.
+
+The collector checks the agent's capability (``core.protocols.Recurrent``, ``world_models.history.HistoryAgent``);
+the loop never looks at an algorithm's name. Evaluation, logging, checkpoints and a ``Scheduled`` agent's
+``schedule(progress)`` are the offline loop's (``learn.offline.run_updates``); checkpoints also hold the
+collector's state (model buffer and model env, or tape buffer and collector generator), so ``--resume``
+continues bit for bit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from ctrl_rl.algos import registry
+from ctrl_rl.core.protocols import Recurrent
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig, WorldModelLoopConfig, ensure_loop
+from ctrl_rl.learn.config import (
+    FlatRolloutsLoopConfig,
+    RunConfig,
+    TapeRolloutsLoopConfig,
+    WorldModelLoopConfig,
+    ensure_loop,
+)
 from ctrl_rl.learn.offline import env_spec, run_updates
 from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainingDiverged, TrainResult, check_memory, load_state
-from ctrl_rl.storage.datasets import open_dataset, to_replay
+from ctrl_rl.storage.datasets import load_dataset, open_dataset, to_replay
 from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
+from ctrl_rl.storage.tapes import TapeBuffer
 from ctrl_rl.world_models.ensemble import EnsembleDynamics, fit
-from ctrl_rl.world_models.model_env import ModelEnv, imagine
+from ctrl_rl.world_models.history import (
+    HistoryAgent,
+    HistoryCollector,
+    trajectories_from_dataset,
+    uncertainty_threshold,
+)
+from ctrl_rl.world_models.model_env import ModelDiverged, ModelEnv, imagine
 from ctrl_rl.world_models.termination import get_termination, has_termination
 
 MODEL_FILE = "model.pt"
@@ -148,26 +177,6 @@ def load_model(model_dir: str | Path, spec, env_id: str, device: torch.device) -
 
 # -- model-based regime -------------------------------------------------------------------------------------
 
-class RolloutRounds:
-    """Before every ``every``-th gradient step: one round of ``steps``-step rollouts of the current actor from new
-    start states into ``buffer``; its statistics go to the next metrics row."""
-
-    def __init__(self, env, algo, buffer: ReplayBuffer, steps: int, every: int):
-        self.env, self.algo, self.buffer, self.steps, self.every = env, algo, buffer, steps, every
-
-    def before(self, step: int) -> dict[str, float]:
-        if step % self.every != 0 and len(self.buffer) > 0:
-            return {}
-        try:
-            stats = imagine(self.env, lambda o: self.algo.act(o), self.steps, self.buffer)
-        except UserInputError as e:  # ModelDiverged: name the gradient step too
-            raise TrainingDiverged(f"before gradient step {step + 1}: {e}") from None
-        return {k: round(float(v), 6) for k, v in stats.items()}
-
-    def state(self) -> dict:
-        return {"model_buffer": self.buffer.state_dict(), "model_env": self.env.state_dict()}
-
-
 def termination_for(env_id: str, model: EnsembleDynamics):
     """The task's termination function, or None when the model learned a termination head."""
     if has_termination(env_id):
@@ -207,7 +216,7 @@ def fit_first(run: RunConfig, run_dir: Path, max_iterations: int | None,
     return model_dir if (model_dir / MODEL_FILE).is_file() else None
 
 
-def make_world(run: RunConfig, loop: ModelBasedLoopConfig, spec, model_dir, n_envs: int, device: torch.device,
+def make_world(run: RunConfig, loop: FlatRolloutsLoopConfig, spec, model_dir, n_envs: int, device: torch.device,
                starts: torch.Tensor, ds):
     """The env the rollouts run in: the learned model as a ModelEnv, or the real simulator (``--model true``)."""
     A = spec.action_dim
@@ -224,42 +233,195 @@ def make_world(run: RunConfig, loop: ModelBasedLoopConfig, spec, model_dir, n_en
                     loop.member_mode, None, loop.penalty, loop.penalty_kind, device=device, seed=run.seed + 7)
 
 
+class Collector(Protocol):
+    """The data side of the model-based loop: how the model's rollouts reach the agent (``run_updates``' rounds)."""
+
+    sampler: Any
+    """What every update's batch is drawn from: ``sample(n, generator)``."""
+    batch_size: int
+    """Rows per update."""
+    record: dict
+    """Figures the checkpoint's counters keep (the tapes collector's ``u_max``)."""
+
+    def bind(self, algo: Any) -> None:
+        """The agent whose actor rolls out; refused (``TypeError``) when it lacks the collector's capability."""
+        ...
+
+    def before(self, step: int) -> dict[str, float]:
+        """Before gradient step ``step + 1``: collect when due; the collection's figures for the next metrics row."""
+        ...
+
+    def state(self) -> dict:
+        """The checkpoint's payload besides the agent (buffer, model env or collector generator)."""
+        ...
+
+    def restore(self, checkpoint: dict, where: Path) -> None:
+        """Load ``state()``'s payload from a checkpoint (one sentence when it does not fit)."""
+        ...
+
+
+def _diverged(step: int, e: Exception) -> TrainingDiverged:
+    return TrainingDiverged(f"before gradient step {step + 1}: {e}")  # ModelDiverged, with the gradient step
+
+
+class FlatRollouts:
+    """The default collector (MBPO, MOPO, RAVL): before every ``rollout_every``-th gradient step, one round of
+    ``rollout_length``-step rollouts of the current actor from ``rollout_starts`` dataset states (rewards penalised
+    by ``penalty``) into a FIFO model buffer of ``retain_rounds`` rounds; every batch takes ``real_ratio`` of its
+    rows from the dataset (``MixedSampler``). Checkpoints hold the model buffer and the model env."""
+
+    def __init__(self, run: RunConfig, loop: FlatRolloutsLoopConfig, spec, model_dir: str | Path,
+                 device: torch.device):
+        ds = open_dataset(run.dataset, spec, loop.clip_actions)
+        real = to_replay(ds, device)
+        starts = real.obs[: len(real)]  # [S,O] states with a valid next state
+        cap = loop.rollout_starts * loop.rollout_length * loop.retain_rounds
+        check_memory(cap * 4 * (2 * spec.obs_dim + spec.action_dim + 3), f"the model buffer of {cap:,} transitions",
+                     "--rollout-starts, --retain-rounds or --rollout-length", device)
+        self.env = make_world(run, loop, spec, model_dir if model_dir == TRUE_MODEL else Path(model_dir),
+                              loop.rollout_starts, device, starts, ds)
+        self.buffer = ReplayBuffer(cap, spec.obs_shape, spec.action_dim, device)
+        self.sampler = MixedSampler(self.buffer, real, loop.real_ratio)
+        self.batch_size, self.steps, self.every = loop.batch_size, loop.rollout_length, loop.rollout_every
+        self.record: dict = {}
+        self.algo: Any = None
+
+    def bind(self, algo: Any) -> None:
+        if isinstance(algo, Recurrent):
+            raise TypeError(f"{type(algo).__name__} keeps an acting state across steps, which rollout rounds from "
+                            "fresh dataset states do not carry: expected its entry to name collector='tapes'")
+        self.algo = algo
+
+    def before(self, step: int) -> dict[str, float]:
+        if step % self.every != 0 and len(self.buffer) > 0:
+            return {}
+        try:
+            stats = imagine(self.env, lambda o: self.algo.act(o), self.steps, self.buffer)
+        except UserInputError as e:
+            raise _diverged(step, e) from None
+        return {k: round(float(v), 6) for k, v in stats.items()}
+
+    def state(self) -> dict:
+        return {"model_buffer": self.buffer.state_dict(), "model_env": self.env.state_dict()}
+
+    def restore(self, checkpoint: dict, where: Path) -> None:
+        load_state(self.buffer, checkpoint["model_buffer"], "model buffer", where)
+        load_state(self.env, checkpoint["model_env"], "model env", where)
+
+
+class TapeRollouts:
+    """The ``tapes`` collector (NeuBay; docs/algorithms/neubay.md#the-loop): the dataset read as whole trajectories
+    (``world_models.history``) and ``u_max`` (``uncertainty_quantile`` of the model's epistemic figure over the
+    data) computed once; before the first gradient step and whenever the previous collection's updates are used
+    up, one collection of ``parallel_rollouts`` real histories continued in the model by the current recurrent
+    actor (one elite per rollout, truncated by ``u_max`` or when the time from the trajectory's start reaches
+    ``horizon``), added to the tape buffer as whole tapes; it pays for ``ceil(utd x transitions added)`` gradient
+    steps, each on ``batch_transitions`` rows of concatenated tapes. Checkpoints hold the tape buffer and the
+    collector (its generator and the steps left of the current collection)."""
+
+    def __init__(self, run: RunConfig, loop: TapeRolloutsLoopConfig, spec, model_dir: str | Path,
+                 device: torch.device):
+        if model_dir == TRUE_MODEL:
+            raise UserInputError("--model true puts the simulator in the model's place for k-step rollouts from "
+                                 "dataset states: expected a `ctrl-rl train dynamics` run (or no --model) for "
+                                 "history rollouts")
+        horizon = loop.horizon if loop.horizon is not None else spec.max_episode_steps
+        if horizon is None:
+            raise UserInputError(f"env {run.env!r} has no time limit: expected --horizon N, the steps after which an "
+                                 "imagined episode is truncated")
+        model = load_model(model_dir, spec, run.env, device)
+        ds = load_dataset(run.dataset, view="trajectory", obs_dim=spec.obs_dim, action_dim=spec.action_dim)
+        if loop.clip_actions is not None:
+            ds.action.clamp_(-loop.clip_actions, loop.clip_actions)
+        data = trajectories_from_dataset(ds, horizon, device)
+        del ds
+        u_max, u_stats = uncertainty_threshold(model, data.obs, data.action, loop.uncertainty_quantile)
+        O, A = spec.obs_dim, spec.action_dim
+        most = min(loop.buffer_transitions,
+                   math.ceil(run.total_steps / loop.utd) + 2 * loop.parallel_rollouts * horizon)
+        check_memory(most * (4 * (2 * O + A + 1) + 3), f"the tape buffer of up to {most:,} transitions",
+                     "--buffer-transitions", device)
+        self.buffer = TapeBuffer(loop.buffer_transitions, O, A, device)
+        self.collector = HistoryCollector(model, data, termination_for(run.env, model), horizon, u_max,
+                                          loop.parallel_rollouts, run.env, seed=run.seed + 7)
+        self.sampler, self.batch_size, self.utd = self.buffer, loop.batch_transitions, loop.utd
+        self.record = {"u_max": u_max}
+        self.remaining = 0  # gradient steps still paid for by the last collection
+        self.collections = 0
+        # figures of the set-up, logged with the first collection of this process
+        self.first_row = {"rollout/u_max": u_max, **{f"rollout/{k}": round(v, 6) for k, v in u_stats.items()},
+                          "rollout/history_trajectories": float(data.lengths.numel())}
+        self.algo: Any = None
+
+    def bind(self, algo: Any) -> None:
+        if not (isinstance(algo, HistoryAgent) and isinstance(algo, Recurrent)):
+            raise TypeError(f"{type(algo).__name__} cannot continue histories: expected a recurrent agent with the "
+                            "history collector's warm_up, advance and sample_action (HistoryAgent)")
+        self.algo = algo
+
+    def before(self, step: int) -> dict[str, float]:
+        if self.remaining > 0:
+            self.remaining -= 1
+            return {}
+        try:
+            tapes, stats = self.collector.collect(self.algo)
+        except ModelDiverged as e:
+            raise _diverged(step, e) from None
+        added = self.buffer.add(tapes)
+        paid = max(1, math.ceil(self.utd * added))
+        self.remaining = paid - 1
+        self.collections += 1
+        row = {**self.first_row, **{k: round(v, 6) for k, v in stats.items()}, "rollout/updates_paid": float(paid),
+               "rollout/collections": float(self.collections), "buffer/transitions": float(len(self.buffer)),
+               "buffer/tapes": float(self.buffer.num_tapes)}
+        self.first_row = {}
+        return row
+
+    def state(self) -> dict:
+        return {"tape_buffer": self.buffer.state_dict(), "collector": self.state_dict()}
+
+    def restore(self, checkpoint: dict, where: Path) -> None:
+        load_state(self.buffer, checkpoint["tape_buffer"], "tape buffer", where)
+        load_state(self, checkpoint["collector"], "collector", where)
+
+    def state_dict(self) -> dict:
+        return {"collector": self.collector.state_dict(), "remaining": self.remaining, "collections": self.collections}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.collector.load_state_dict(state["collector"])
+        self.remaining, self.collections = int(state["remaining"]), int(state["collections"])
+
+
+# the collector of each model-based loop config (the regime's default, then the ones an entry names)
+COLLECTORS: dict[type, type] = {FlatRolloutsLoopConfig: FlatRollouts, TapeRolloutsLoopConfig: TapeRollouts}
+
+
 def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
                       max_iterations: int | None = None) -> TrainResult:
-    """Train a model-based agent on ``run.dataset`` (see the module docstring)."""
+    """Train a model-based agent on ``run.dataset`` through its entry's collector (see the module docstring)."""
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
-    loop = run.loop
     model_dir = model_source(run, algo_name, run_dir, max_iterations, entry.model_defaults)
     if model_dir is None:
         return TrainResult(Path(run_dir), 0, 0, float("nan"), 0.0, None)
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
-        spec = env_spec(run, algo_name, True)
-        ds = open_dataset(run.dataset, spec, loop.clip_actions)
-        real = to_replay(ds, ctx.device)
-        starts = real.obs[: len(real)]  # [S,O] states with a valid next state
-        cap = loop.rollout_starts * loop.rollout_length * loop.retain_rounds
-        check_memory(cap * 4 * (2 * spec.obs_dim + spec.action_dim + 3), f"the model buffer of {cap:,} transitions",
-                     "--rollout-starts, --retain-rounds or --rollout-length", ctx.device)
-        world = make_world(run, loop, spec, model_dir if model_dir == TRUE_MODEL else Path(model_dir),
-                           loop.rollout_starts, ctx.device, starts, ds)
-        del ds
-        buffer = ReplayBuffer(cap, spec.obs_shape, spec.action_dim, ctx.device)
-        sampler = MixedSampler(buffer, real, loop.real_ratio)
+        spec = env_spec(run, algo_name, entry.continuous_only)
+        # the data side first (dataset, model, buffer), then the seeded agent
+        collector: Collector = COLLECTORS[type(run.loop)](run, run.loop, spec, model_dir, ctx.device)
         gen = ctx.seed(run.seed)
         algo = entry.make(cfg, spec, ctx.device, gen)
+        collector.bind(algo)
         step, last_return = 0, float("nan")
         if ctx.checkpoint is not None:
             ck, where = ctx.checkpoint, ctx.ck_dir / "latest.pt"
             load_state(algo, ck["algo_state"], "networks", where)
-            load_state(buffer, ck["model_buffer"], "model buffer", where)
-            load_state(world, ck["model_env"], "model env", where)
+            collector.restore(ck, where)
             ctx.restore_rng()
             step, last_return = ctx.counters["step"], ctx.counters["last_return"]
-        rounds = RolloutRounds(world, algo, buffer, loop.rollout_length, loop.rollout_every)
         ctx.start(run.total_steps, step, f"{algo_name} {Path(run.dataset).name}", unit="upd")
-        return run_updates(ctx, algo, lambda: entry.update_step(algo, sampler, loop.batch_size, cfg), step,
-                           last_return, {}, max_iterations, rounds)
+        sampler, batch_size = collector.sampler, collector.batch_size
+        return run_updates(ctx, algo, lambda: entry.update_step(algo, sampler, batch_size, cfg), step, last_return,
+                           collector.record, max_iterations, collector)
 
 
 def _train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
@@ -276,6 +438,6 @@ register_regime(Regime(
     WORLD_MODEL, WorldModelLoopConfig, _train_dynamics, has_policy=False,
     summary="dataset -> a dynamics ensemble fitted epoch by epoch (holdout, early stopping, elites) -> model.pt"))
 register_regime(Regime(
-    "model-based", ModelBasedLoopConfig, _train_model_based,
-    summary="dataset -> fitted model -> k-step rollouts of the actor -> model buffer -> update on real and "
-            "imagined rows"))
+    "model-based", FlatRolloutsLoopConfig, _train_model_based, collectors={"tapes": TapeRolloutsLoopConfig},
+    summary="dataset -> fitted model -> imagined rollouts of the actor -> a flat model buffer (k-step rollouts, "
+            "mixed with real rows) or episode tapes (history rollouts, collector 'tapes') -> update"))

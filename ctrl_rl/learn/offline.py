@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrl_rl.algos import registry
+from ctrl_rl.core.protocols import Scheduled
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
@@ -74,7 +75,7 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
 
 
 class Rounds(Protocol):
-    """What a loop built on ``run_updates`` does besides updates (the model-based loop's rollout rounds)."""
+    """What a loop built on ``run_updates`` does besides updates (the model-based loop's collector)."""
 
     def before(self, step: int) -> dict[str, float]:
         """Called before gradient step ``step + 1``; returns figures to log with the next metrics row."""
@@ -88,9 +89,11 @@ class Rounds(Protocol):
 def run_updates(ctx: RunContext, algo, update, step: int, last_return: float, record: dict,
                 max_iterations: int | None, rounds: Rounds | None = None) -> TrainResult:
     """Gradient steps ``update()`` from ``step`` to ``run.total_steps`` with logging, evaluation in the real env
-    and checkpoints (the offline loop's body; the model-based loop adds its rollout ``rounds``)."""
+    and checkpoints (the offline loop's body; the model-based loop adds its collector as ``rounds``). A
+    ``Scheduled`` algorithm gets ``schedule(step / total_steps)`` before every update."""
     run = ctx.run
     total = run.total_steps
+    scheduled = isinstance(algo, Scheduled)
 
     def checkpoint() -> None:
         extra = rounds.state() if rounds is not None else {}
@@ -103,6 +106,8 @@ def run_updates(ctx: RunContext, algo, update, step: int, last_return: float, re
             break
         if rounds is not None:
             pending.update(rounds.before(step))
+        if scheduled:
+            algo.schedule(step / total)
         info = update()
         step += 1
         done += 1

@@ -2,7 +2,8 @@
 
 An algorithm's registry entry names its regime (``AlgoEntry.regime``); the regime says which loop runs it, which
 loop config holds that loop's settings (``RunConfig.loop``; on the command line beside the run's and the
-algorithm's flags) and whether the run ends with a policy. Each loop module registers the regime(s) it runs at its
+algorithm's flags; where the loop has several collectors, the one the entry names: ``AlgoEntry.collector``) and
+whether the run ends with a policy. Each loop module registers the regime(s) it runs at its
 end, the way each algorithm file registers its entry; this module only holds the registry, so no other table of
 regime names exists (``tests/learn/test_regimes.py``).
 
@@ -16,11 +17,12 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ctrl_rl.errors import UserInputError
+from ctrl_rl.errors import UserInputError, did_you_mean
 
 if TYPE_CHECKING:
     from ctrl_rl.learn.config import RunConfig
@@ -46,6 +48,18 @@ class Regime:
     """The data flow in one line, for ``ctrl-rl list algos`` and the docs."""
     has_policy: bool = True
     """False where a run ends with no policy to evaluate or export (a fitted dynamics model)."""
+    collectors: Mapping[str, type] = field(default_factory=dict)
+    """A loop whose data goes through a collector the entry names (``AlgoEntry.collector``; the model-based loop):
+    the loop config class of each collector besides the default one, whose class is ``loop_config``."""
+
+    def loop_config_for(self, collector: str | None) -> type:
+        """The loop config class of an entry of this regime that names ``collector`` (None: the default)."""
+        if collector is None:
+            return self.loop_config
+        if collector not in self.collectors:
+            raise UserInputError(f"collector {collector!r}{did_you_mean(collector, self.collectors)} is not one the "
+                                 f"{self.name} regime offers: expected None or one of {sorted(self.collectors)}")
+        return self.collectors[collector]
 
 
 _REGIMES: dict[str, Regime] = {}

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -64,8 +64,10 @@ def prefix_inputs(obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
     return agent_inputs(obs, prev_a, prev_r)
 
 
+@runtime_checkable
 class HistoryAgent(Protocol):
-    """What the collector needs of a recurrent agent (``algos.neubay.NeuBay`` has it)."""
+    """What the collector needs of a recurrent agent (``algos.neubay.NeuBay`` has it; the model-based loop's tapes
+    collector checks it with ``isinstance``)."""
 
     def warm_up(self, inputs: torch.Tensor, start: torch.Tensor,
                 last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -183,8 +183,9 @@ CASES: dict[str, Case] = {
     "off-policy": Case(FLAT, _entry_step),
     "offline-to-online": Case(FLAT, _entry_step),
     "offline": Case(FLAT, _offline),
-    "model-based": Case(FLAT, lambda e, a, c, s: a.update(transitions(FLAT, s))),
-    "model-based-recurrent": Case(FLAT, lambda e, a, c, s: a.update(tapes(FLAT, s))),
+    # the model-based loop's collector: flat transitions (the default), or episode tapes (``collector="tapes"``)
+    "model-based": Case(FLAT, lambda e, a, c, s: a.update(tapes(FLAT, s) if e.collector == "tapes"
+                                                          else transitions(FLAT, s))),
     "actor-learner": Case(DISCRETE, lambda e, a, c, s: a.update(rollout(DISCRETE, s))),
     "demonstrations": Case(VLA, _demonstrations, overrides=VLA_SIZE),
     "chunk-rollouts": Case(VLA, _chunk_rollouts, overrides=VLA_SIZE),

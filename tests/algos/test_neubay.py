@@ -290,7 +290,7 @@ def test_tape_buffer_is_fifo_by_whole_tapes_and_samples_exactly_a_batch_of_whole
 
 def test_neubay_is_registered_in_its_regime_and_refuses_bad_settings():
     e = registry.get("neubay")
-    assert e.regime == "model-based-recurrent" and e.requires_dataset and e.continuous_only
+    assert e.regime == "model-based" and e.collector == "tapes" and e.requires_dataset and e.continuous_only
     for bad in (dict(real_weight=1.5), dict(target_subset=11), dict(encoder_lr=0.0), dict(r_max=1.0)):
         with pytest.raises(UserInputError):
             NeuBayConfig(**bad)

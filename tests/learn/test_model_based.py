@@ -13,7 +13,7 @@ from ctrl_rl.cli import main
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from ctrl_rl.learn.config import ModelBasedLoopConfig, RunConfig, load_config, to_dict
+from ctrl_rl.learn.config import FlatRolloutsLoopConfig, RunConfig, load_config, to_dict
 from ctrl_rl.learn.model_based import MODEL_FILE, train_model_based
 
 AGENT = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
@@ -64,8 +64,8 @@ def test_agent_without_model_fits_one_first_and_true_dynamics_runs(hopper_datase
 def _lib_run(hopper_dataset, model_run, total):
     return RunConfig(env="Hopper-v5", dataset=hopper_dataset, total_steps=total, seed=1, progress=False, threads=1,
                      log_every=5, checkpoint_every=10, eval_every=0,
-                     loop=ModelBasedLoopConfig(batch_size=32, model=str(model_run), rollout_starts=32,
-                                               rollout_every=7, retain_rounds=2))
+                     loop=FlatRolloutsLoopConfig(batch_size=32, model=str(model_run), rollout_starts=32,
+                                                 rollout_every=7, retain_rounds=2))
 
 
 def test_resume_equals_uninterrupted(hopper_dataset, model_run, tmp_path):
@@ -150,7 +150,7 @@ def test_a_run_config_of_the_old_layout_loads_with_its_rollout_settings_in_the_l
     default, so the run resumes and evaluates as it was trained."""
     entry = registry.get(algo)
     cfg = entry.default_config(**AGENT)
-    saved = {"algo": algo, "run": to_dict(RunConfig(env="Hopper-v5", dataset="d.hdf5", loop=ModelBasedLoopConfig(
+    saved = {"algo": algo, "run": to_dict(RunConfig(env="Hopper-v5", dataset="d.hdf5", loop=FlatRolloutsLoopConfig(
         rollout_starts=32))), "config": to_dict(cfg)}
     old_loop = saved["run"]["loop"]
     for k, v in (("rollout_length", 3), ("real_ratio", 0.2), ("penalty", 0.5), ("penalty_kind", "epistemic"),

@@ -19,6 +19,10 @@ def test_every_algorithm_names_a_registered_regime_and_every_regime_has_a_loop_c
     for r in regimes():
         assert isinstance(r, Regime) and r.summary and callable(r.train)
         r.loop_config()  # every loop config builds from its defaults
+        for cls in r.collectors.values():
+            cls()
+    for e in registry.entries():  # an entry's collector is one its regime offers (None: the default)
+        assert get_regime(e.regime).loop_config_for(e.collector)
 
 
 def test_each_regime_name_is_written_once_outside_the_algorithm_files():
