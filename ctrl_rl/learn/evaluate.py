@@ -14,7 +14,7 @@ from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import find_checkpoint, load_checkpoint
 from ctrl_rl.learn.config import parse_saved
 from ctrl_rl.learn.regimes import get_regime
-from ctrl_rl.learn.runtime import build_env, setup_device
+from ctrl_rl.learn.runtime import build_env, setup_device, training_spec
 from ctrl_rl.storage.datasets.scores import normalized_score
 
 
@@ -116,9 +116,7 @@ def load_policy(path: str, device: str = "cpu", env: str | None = None, seed: in
         raise UserInputError(f"{str(ck_path)!r} is a dynamics model run, which has no policy: expected the run of an "
                              f"agent (a dynamics run is used by the model-based agents with --model {path})")
     run = dataclasses.replace(run, env=env or run.env, device=device, reward_scale=False)
-    probe_env = build_env(run, 1, seed)
-    spec = probe_env.spec
-    probe_env.close()
+    spec = training_spec(run)
     algo = entry.make(cfg, spec, torch.device(device), torch.Generator(device))
     algo_state = ck["algo_state"] if "algo_state" in ck else ck["ranks"][0]["algo_state"]
     try:

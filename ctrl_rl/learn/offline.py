@@ -27,15 +27,13 @@ from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
 from ctrl_rl.learn.regimes import Regime, register_regime
-from ctrl_rl.learn.runtime import RunContext, TrainResult, build_env, load_state
+from ctrl_rl.learn.runtime import RunContext, TrainResult, load_state, training_spec
 from ctrl_rl.storage.datasets import open_dataset, to_replay
 
 
 def env_spec(run: RunConfig, algo_name: str, continuous_only: bool):
-    """The evaluation env's spec (and a check that the id exists and fits the algorithm)."""
-    probe = build_env(run, 1, run.seed)
-    spec = probe.spec
-    probe.close()
+    """The evaluation env's spec (and a check that the id exists and fits the algorithm), without building it."""
+    spec = training_spec(run)
     if continuous_only and spec.discrete:
         raise UserInputError(f"{algo_name} needs continuous actions: env {run.env!r} has discrete actions")
     return spec

@@ -33,7 +33,7 @@ from ctrl_rl.core.perf import ThreadGovernor, default_threads, tune_allocator
 from ctrl_rl.core.provenance import code_version
 from ctrl_rl.core.seeding import seed_everything
 from ctrl_rl.envs.registry import make_env, spec_of
-from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale
+from ctrl_rl.envs.wrappers import ActionRescale, EpisodeStats, RewardScale, rescaled_spec
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_checkpoint, set_global_rng_state
 from ctrl_rl.learn.config import RunConfig, save_config, to_dict
@@ -94,6 +94,11 @@ def probe_spec(run: RunConfig):
     """The spec of ``run.env`` (``spec_of``: no env built where its backend can avoid it); checks the id before
     anything large is built."""
     return spec_of(run.env)
+
+
+def training_spec(run: RunConfig):
+    """The spec of the env ``build_env`` makes for ``run`` (actions rescaled to [-1, 1]), without building it."""
+    return rescaled_spec(spec_of(run.env))
 
 
 # A torch-native env keeps a few tensors of the observation's size per env (state, observation, final
