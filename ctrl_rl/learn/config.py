@@ -494,7 +494,7 @@ def ensure_loop(entry, run: RunConfig) -> RunConfig:
     cls = loop_config_class(entry.regime, entry.collector)
     if run.loop is None:
         return dataclasses.replace(run, loop=cls(**entry.loop_defaults))
-    if not isinstance(run.loop, cls):
+    if type(run.loop) is not cls:  # exactly: a subclass holds settings this loop would ignore
         raise UserInputError(f"{entry.name!r} runs in the {cls.__name__} loop: got a {type(run.loop).__name__}")
     return run
 
