@@ -108,7 +108,6 @@ class Case:
     spec: EnvSpec
     update: Callable[[registry.AlgoEntry, Any, Any, int], dict]
     """``update(entry, algo, config, seed) -> info``: one update on synthetic data made from ``seed``."""
-    prepare: Callable[[Any], None] = lambda algo: None
     overrides: dict[str, Any] = field(default_factory=dict)
     """Config fields set on every entry of the regime that has them."""
 
