@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -59,13 +60,21 @@ class EncoderConfig:
             raise ValueError(f"EncoderConfig.token_vocab must be >= 0, got {self.token_vocab!r}.")
 
 
+class _HasEncoderFields(Protocol):
+    """The flat fields an ``EncoderFields`` config declares (as dataclass fields of its own)."""
+
+    cnn_channels: int
+    cnn_layers: int
+    image_features: int
+
+
 class EncoderFields:
     """Mixin for an algorithm config with the flat fields ``cnn_channels``, ``cnn_layers`` and
     ``image_features``: ``encoder`` builds the ``EncoderConfig`` from them. The fields stay flat, rather than
     a nested ``EncoderConfig``, because the CLI checks flags against a config's own fields."""
 
     @property
-    def encoder(self) -> EncoderConfig:
+    def encoder(self: _HasEncoderFields) -> EncoderConfig:
         """The observation encoder's settings (``make_encoder``)."""
         return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
                              image_features=self.image_features)
@@ -150,6 +159,7 @@ class ImageEncoder(nn.Module):
                 if isinstance(m, nn.Conv2d):  # delta-orthogonal: the centre tap carries an orthogonal map
                     m.weight.zero_()
                     nn.init.orthogonal_(m.weight[:, :, 1, 1], nn.init.calculate_gain("relu"))
+                    assert m.bias is not None  # every conv here is built with bias=True
                     m.bias.zero_()
                 elif isinstance(m, nn.Linear):
                     nn.init.orthogonal_(m.weight)
@@ -203,17 +213,20 @@ class Encoder(nn.Module):
         self.flatten_state = self.passthrough and len(self.parts[0].shape) != 1
         self.names = [p.name for p in self.parts]
         # nn.ModuleDict keys may not contain "."; part names use "/" (image/top), which is allowed.
-        self.encoders = nn.ModuleDict({} if self.passthrough else {p.name: _part_encoder(p, cfg) for p in self.parts})
-        self.out_dim = self.parts[0].numel if self.passthrough else sum(m.out_dim for m in self.encoders.values())
+        encoders = {} if self.passthrough else {p.name: _part_encoder(p, cfg) for p in self.parts}
+        self.encoders = nn.ModuleDict(encoders)
+        self.out_dim = self.parts[0].numel if self.passthrough else sum(m.out_dim for m in encoders.values())
 
     def forward(self, obs: Obs) -> torch.Tensor:
         if self.passthrough:  # flat state: no op at all
+            assert isinstance(obs, torch.Tensor)  # a flat spec (is_flat) means plain-tensor observations
             return obs.flatten(1) if self.flatten_state else obs  # [B,O]
+        assert not isinstance(obs, torch.Tensor)  # several parts, or a non-flat one: a dict of parts
         feats = [self.encoders[k](obs[k]) for k in self.names]  # [B,F_k] each
         return feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1)  # [B,F]
 
 
-def _part_encoder(part: ObsPart, cfg: EncoderConfig) -> nn.Module:
+def _part_encoder(part: ObsPart, cfg: EncoderConfig) -> ImageEncoder | TokenEncoder | VectorEncoder:
     if part.kind == "image":
         if part.dtype != torch.uint8 and not part.dtype.is_floating_point:
             raise ValueError(f"image part {part.name!r} has dtype {part.dtype}, "

@@ -9,6 +9,8 @@ Shape letters: E critic members, M target subset, B batch, A action dim.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 
@@ -30,6 +32,9 @@ def edac_diversity(grad_a: torch.Tensor) -> torch.Tensor:
     ``grad_a [E,B,A]`` (``grad_a[i] = grad_a Q_i(s, a)``), each normalised to ``g_i = grad_a[i] / ||grad_a[i]||``
     (1e-10 added to the norm). 0-d; needs E >= 2. Take ``grad_a`` with ``create_graph=True`` to train on it."""
     E = grad_a.shape[0]
-    g = grad_a / (grad_a.norm(dim=-1, keepdim=True) + 1e-10)  # [E,B,A]
+    # torch stub gap: Tensor.norm leaves dim/keepdim/dtype and its return unannotated (kept over vector_norm:
+    # the same call as ever, so the same numerics on every device)
+    norm = cast(torch.Tensor, grad_a.norm(dim=-1, keepdim=True))  # [E,B,1]  # pyright: ignore[reportUnknownMemberType]
+    g = grad_a / (norm + 1e-10)  # [E,B,A]  # [E,B,A]
     gram = torch.einsum("iba,jba->bij", g, g)  # [B,E,E]
     return (gram.sum((1, 2)) - gram.diagonal(dim1=1, dim2=2).sum(-1)).mean() / (E - 1)

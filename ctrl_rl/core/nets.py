@@ -54,6 +54,10 @@ class RunningNorm(nn.Module):
     ``[B,O]``; ``forward`` returns ``clip((x - mean) / sqrt(var + eps))``.
     """
 
+    mean: torch.Tensor  # buffers (register_buffer): declared so the checker sees Tensors, not Tensor | Module
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape))
@@ -134,7 +138,7 @@ class EnsembleMLP(nn.Module):
                 x = self.renorms[i](x)
             x = layer(x)  # [E,B,h]
             if i < len(self.layers) - 1:
-                if self.norm_scale is not None:
+                if self.norm_scale is not None and self.norm_shift is not None:  # both set together (layer_norm)
                     x = nn.functional.layer_norm(x, x.shape[-1:]) * self.norm_scale[i] + self.norm_shift[i]
                 x = self.act(x)
         return x
@@ -149,6 +153,10 @@ class BatchRenorm(nn.Module):
     Evaluation mode uses the running moments. ``members`` > 0 keeps separate statistics and affine
     parameters per ensemble member for ``[E,B,F]`` inputs. Running moments move with ``1 - momentum``.
     """
+
+    running_mean: torch.Tensor  # buffers (register_buffer): declared so the checker sees Tensors, not Tensor | Module
+    running_var: torch.Tensor
+    steps: torch.Tensor
 
     def __init__(self, features: int, members: int = 0, momentum: float = 0.99, r_max: float = 3.0, d_max: float = 5.0,
                  warmup_steps: int = 100_000, eps: float = 1e-3):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 
@@ -48,9 +48,10 @@ class ObsPart:
     dtype: torch.dtype
 
     def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name:
+        # runtime checks of values that may come from untyped code (hence the casts to object)
+        if not isinstance(cast(object, self.name), str) or not self.name:
             raise ValueError(f"an observation part needs a non-empty string name, got {self.name!r}.")
-        if not isinstance(self.dtype, torch.dtype):
+        if not isinstance(cast(object, self.dtype), torch.dtype):
             raise ValueError(f"observation part {self.name!r} has dtype {self.dtype!r}, expected a torch.dtype.")
         shape = tuple(int(s) for s in self.shape)
         if any(s < 1 for s in shape):
@@ -106,7 +107,7 @@ def obs_map(fn: Callable[[torch.Tensor], torch.Tensor], obs: Obs) -> Obs:
     return {k: fn(v) for k, v in obs.items()}
 
 
-def obs_index(obs: Obs, idx) -> Obs:
+def obs_index(obs: Obs, idx: int | slice | torch.Tensor) -> Obs:
     """Rows ``idx`` (an int, slice, bool mask or index tensor over the first dim) of every part."""
     if isinstance(obs, torch.Tensor):
         return obs[idx]
@@ -119,14 +120,17 @@ def obs_cat(obs_list: Sequence[Obs], dim: int = 0) -> Obs:
         raise ValueError("obs_cat needs at least one observation batch.")
     first = obs_list[0]
     if isinstance(first, torch.Tensor):
-        if not all(isinstance(o, torch.Tensor) for o in obs_list):
+        tensors = [o for o in obs_list if isinstance(o, torch.Tensor)]
+        if len(tensors) != len(obs_list):
             raise ValueError("obs_cat got a tensor and a dict of parts, expected observations of one form.")
-        return torch.cat(list(obs_list), dim)
+        return torch.cat(tensors, dim)
+    dicts: list[dict[str, torch.Tensor]] = [first]
     for o in obs_list[1:]:
         if isinstance(o, torch.Tensor) or o.keys() != first.keys():
             got = "a tensor" if isinstance(o, torch.Tensor) else f"parts {list(o)}"
             raise ValueError(f"obs_cat got observations with parts {list(first)} and {got}, expected the same parts.")
-    return {k: torch.cat([o[k] for o in obs_list], dim) for k in first}
+        dicts.append(o)
+    return {k: torch.cat([o[k] for o in dicts], dim) for k in first}
 
 
 def obs_to(obs: Obs, device: torch.device | str, non_blocking: bool = False) -> Obs:
@@ -154,8 +158,12 @@ def obs_clone(obs: Obs) -> Obs:
 
 def obs_where(mask: torch.Tensor, a: Obs, b: Obs) -> Obs:
     """Row-wise select: row i from ``a`` where ``mask[i]`` else from ``b`` (``mask [N]`` bool); for auto-reset."""
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        raise ValueError("obs_where got a tensor and a dict of parts, expected observations of one form.")
     if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)  # same form, checked above
         return torch.where(mask.view(-1, *(1,) * (a.dim() - 1)), a, b)
+    assert not isinstance(b, torch.Tensor)  # same form, checked above
     return {k: torch.where(mask.view(-1, *(1,) * (v.dim() - 1)), v, b[k]) for k, v in a.items()}
 
 

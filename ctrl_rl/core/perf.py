@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Literal
 
-_DONE = False
+_mallopt_done = False
 
 
 def tune_allocator() -> bool:
@@ -23,16 +23,16 @@ def tune_allocator() -> bool:
     blocks for reuse; memory is then not returned to the OS until the process ends.
     Set CTRL_RL_NO_MALLOPT=1 to skip. Returns True when applied.
     """
-    global _DONE
-    if _DONE or os.environ.get("CTRL_RL_NO_MALLOPT") or not sys.platform.startswith("linux"):
-        return _DONE
+    global _mallopt_done
+    if _mallopt_done or os.environ.get("CTRL_RL_NO_MALLOPT") or not sys.platform.startswith("linux"):
+        return _mallopt_done
     try:
         libc = ctypes.CDLL("libc.so.6")
         M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
         ok = libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 1 << 31) == 1
     except (OSError, AttributeError):
         ok = False
-    _DONE = ok
+    _mallopt_done = ok
     return ok
 
 
@@ -93,13 +93,17 @@ def _affinity() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def _cpu_sample() -> tuple[float, dict[int, int], float] | None:
+_Sample = tuple[float, dict[int, int], float]
+"""A ``_cpu_sample()`` result: (monotonic time, busy ticks per CPU, CPU seconds of this process)."""
+
+
+def _cpu_sample() -> _Sample | None:
     """(monotonic time, busy clock ticks per CPU since boot from /proc/stat, CPU seconds of this process),
     or None where /proc/stat is unavailable (not Linux). About 50 us."""
     t = time.monotonic()
     try:
         with open("/proc/stat") as f:
-            busy = {}
+            busy: dict[int, int] = {}
             for line in f:
                 if not line.startswith("cpu"):
                     break
@@ -124,7 +128,7 @@ def _cpu_sample() -> tuple[float, dict[int, int], float] | None:
 _START = _cpu_sample()
 
 
-def other_cores_busy(since, now, cpus: list[int]) -> float:
+def other_cores_busy(since: _Sample, now: _Sample, cpus: list[int]) -> float:
     """Cores' worth of CPU time other processes used on ``cpus`` between two ``_cpu_sample()`` results."""
     dt = now[0] - since[0]
     if dt <= 0:
@@ -191,14 +195,15 @@ class ThreadGovernor:
         self._calm = 0
         self._owner = threading.get_ident()
         self._handle = None
-        self._last = _cpu_sample()
-        self._measures = (self._last is not None and _START is not None
+        last, start = _cpu_sample(), _START
+        self._last = last
+        self._measures = (last is not None and start is not None
                           and not os.environ.get("CTRL_RL_FIXED_THREADS"))
         self.threads = self.max_threads
         self._log = bool(os.environ.get("CTRL_RL_THREAD_LOG"))
-        if self._measures and self.max_threads > 1:
-            if interval <= self._last[0] - _START[0] <= 60.0:  # a longer history says little about now
-                self.other_busy = other_cores_busy(_START, self._last, self.cpus)
+        if self._measures and self.max_threads > 1 and last is not None and start is not None:
+            if interval <= last[0] - start[0] <= 60.0:  # a longer history says little about now
+                self.other_busy = other_cores_busy(start, last, self.cpus)
                 self.threads = self._fit(self.down_slack)
             else:
                 self.threads = 1  # no window to judge: one thread until the polls say otherwise (~0.6 s)
@@ -212,7 +217,7 @@ class ThreadGovernor:
             self._handle = register_optimizer_step_pre_hook(self._hook)
         self._apply()
 
-    def _hook(self, *_) -> None:  # torch's optimizer step pre-hooks must return None
+    def _hook(self, *_: object) -> None:  # torch's optimizer step pre-hooks must return None
         self.poll()
 
     def _apply(self) -> None:
@@ -222,16 +227,20 @@ class ThreadGovernor:
 
     def _fit(self, slack: float) -> int:
         """Threads that fit on our CPUs next to ``other_busy`` cores of other processes."""
+        assert self.other_busy is not None  # measured before every _fit
         taken = math.ceil(max(0.0, self.other_busy - slack))
         return max(1, min(self.max_threads, len(self.cpus) - taken))
 
     def poll(self) -> int:
         """Re-decide if ``interval`` s have passed since the last decision; returns the thread count."""
-        if (self.max_threads == 1 or not self._measures or time.monotonic() - self._last[0] < self.interval
+        last = self._last  # not None while self._measures
+        if (self.max_threads == 1 or not self._measures or last is None or time.monotonic() - last[0] < self.interval
                 or threading.get_ident() != self._owner):
             return self.threads
         now = _cpu_sample()
-        self.other_busy = other_cores_busy(self._last, now, self.cpus)
+        if now is None:  # /proc/stat gone since the last sample: keep the current count
+            return self.threads
+        self.other_busy = other_cores_busy(last, now, self.cpus)
         self._last = now
         want = self.threads
         if self._fit(self.down_slack) < self.threads:

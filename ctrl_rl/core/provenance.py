@@ -30,6 +30,6 @@ def git_commit(root: str | Path, digits: int = 12) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def code_version() -> dict:
+def code_version() -> dict[str, str | None]:
     """``{"ctrl_rl": version, "git": "abc123def456[+dirty]" or None}`` (None: an installed wheel, or no git)."""
     return {"ctrl_rl": __version__, "git": git_commit(Path(__file__).resolve().parents[2])}

@@ -6,6 +6,8 @@ tests/core/test_returns.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -166,10 +168,15 @@ def discounted_returns(
     return out
 
 
+# torch's fused multi-tensor lerp has no public name (torch.optim calls it the same way) and torch's stubs do not
+# export it, so it is looked up once here with its signature spelled out: the same function object as before.
+_foreach_lerp_: Callable[[list[torch.Tensor], list[torch.Tensor], float], None] = vars(torch)["_foreach_lerp_"]
+
+
 @torch.no_grad()
 def polyak_(target: list[torch.Tensor], source: list[torch.Tensor], tau: float) -> None:
     """In place ``target <- (1 - tau) * target + tau * source`` for lists of tensors (fused lerp)."""
-    torch._foreach_lerp_(target, source, tau)
+    _foreach_lerp_(target, source, tau)
 
 
 def group_relative_advantages(
@@ -196,7 +203,7 @@ def group_relative_advantages(
     if not bool((grouped == grouped[..., :1]).all()):
         raise ValueError("group_relative_advantages needs the envs of a group to end their episodes at the same steps")
     episode = torch.flip(torch.cumsum(torch.flip(ended.long(), [0]), 0), [0])  # [T,N] episodes ending at or after t
-    returns = torch.zeros(episode.max().item() + 1, N, dtype=reward.dtype, device=reward.device)  # [K,N]
+    returns = torch.zeros(int(episode.max().item()) + 1, N, dtype=reward.dtype, device=reward.device)  # [K,N]
     returns.scatter_add_(0, episode, reward)
     baseline = returns.view(-1, N // group_size, group_size).mean(-1, keepdim=True)  # [K,Gn,1]
     centred = (returns.view(-1, N // group_size, group_size) - baseline).view(-1, N)  # [K,N]

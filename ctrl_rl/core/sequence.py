@@ -149,7 +149,8 @@ class LRUEncoder(nn.Module):
     def forward(self, x: torch.Tensor, start: torch.Tensor, at: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x [S,N,I]``, ``start [S,N]`` -> ``(z [S,N,D], hidden [len(at),N,L,H] at the rows ``at``, or None)``."""
-        z, hs = self.pre(x), []
+        z = self.pre(x)
+        hs: list[torch.Tensor] = []
         for layer in self.layers:
             z, h = layer(z, start)  # [S,N,D], [S,N,H]
             if at is not None:
@@ -158,7 +159,8 @@ class LRUEncoder(nn.Module):
 
     def step(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [N,I]``, ``hidden [N,L,H]`` complex -> ``(z [N,D], hidden [N,L,H])``."""
-        z, hs = self.pre(x), []
+        z = self.pre(x)
+        hs: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
             z, h = cast(LRULayer, layer).step(z, hidden[:, i])
             hs.append(h)
@@ -166,7 +168,8 @@ class LRUEncoder(nn.Module):
 
     def step_real(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``step`` with ``hidden [N,L,H,2]`` as real and imaginary parts (no complex tensors in the graph)."""
-        z, hs = self.pre(x), []
+        z = self.pre(x)
+        hs: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
             z, h = cast(LRULayer, layer).step_real(z, hidden[:, i])
             hs.append(h)

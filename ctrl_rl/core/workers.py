@@ -23,16 +23,19 @@ import multiprocessing as mp
 import signal
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctrl_rl.errors import UserInputError
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 
 class WorkerError(RuntimeError):
     """A worker process failed (its traceback is in the message) or exited unexpectedly."""
 
 
-def _serve(conn: Any, factory: Callable[..., Any], args: tuple) -> None:
+def _serve(conn: Any, factory: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """A worker's main loop: build the object (it has a ``close()``), answer ``(method, args)`` calls until ``None``
     or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends its workers
@@ -79,14 +82,24 @@ def stop_processes(procs: Sequence[Any], timeout: float = 5.0) -> None:
             p.terminate()
 
 
+def _context(name: str) -> SpawnContext | ForkContext | ForkServerContext:
+    """The context of start method ``name`` where this platform has it, else spawn's. Each asked for by its
+    literal name, so that the checker sees a concrete context (``get_context(str)`` is typed ``BaseContext``,
+    which has no ``Process``)."""
+    if name in mp.get_all_start_methods():
+        if name == "fork":
+            return mp.get_context("fork")
+        if name == "forkserver":
+            return mp.get_context("forkserver")
+    return mp.get_context("spawn")
+
+
 class WorkerPool:
     """One worker process per entry of ``args``, each owning ``factory(*args[k])``; see the module docstring."""
 
-    def __init__(self, factory: Callable[..., Any], args: Sequence[tuple], *, start_method: str = "spawn",
+    def __init__(self, factory: Callable[..., Any], args: Sequence[tuple[Any, ...]], *, start_method: str = "spawn",
                  name: str = "ctrl_rl-worker") -> None:
-        if start_method not in mp.get_all_start_methods():
-            start_method = "spawn"
-        ctx = mp.get_context(start_method)
+        ctx = _context(start_method)
         self.name = name
         self._conns: list[Any] = []
         self._procs: list[Any] = []
@@ -124,7 +137,7 @@ class WorkerPool:
             raise WorkerError(f"{self.name}: a worker failed:\n{text}")
         return out
 
-    def call_all(self, method: str, per_worker: Sequence[tuple] | None = None) -> list[Any]:
+    def call_all(self, method: str, per_worker: Sequence[tuple[Any, ...]] | None = None) -> list[Any]:
         """``method(*per_worker[k])`` on every worker's object (no arguments when None), results in worker order."""
         for k, conn in enumerate(self._conns):
             conn.send((method, () if per_worker is None else tuple(per_worker[k])))
@@ -152,7 +165,7 @@ class LocalWorkers:
     """``WorkerPool``'s interface with every object built and called in this process (one worker, or a test that
     must not start processes): the same results, no pickling, no parallelism."""
 
-    def __init__(self, factory: Callable[..., Any], args: Sequence[tuple]) -> None:
+    def __init__(self, factory: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> None:
         self._objs: list[Any] = []
         try:
             for a in args:
@@ -164,7 +177,7 @@ class LocalWorkers:
     def __len__(self) -> int:
         return len(self._objs)
 
-    def call_all(self, method: str, per_worker: Sequence[tuple] | None = None) -> list[Any]:
+    def call_all(self, method: str, per_worker: Sequence[tuple[Any, ...]] | None = None) -> list[Any]:
         return [getattr(o, method)(*(() if per_worker is None else per_worker[k])) for k, o in enumerate(self._objs)]
 
     def close(self) -> None:
