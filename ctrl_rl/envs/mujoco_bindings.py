@@ -41,6 +41,7 @@ class MuJoCo(Protocol):
     # simulation
     mj_step: Callable[..., Any]
     mj_forward: Callable[..., Any]
+    mj_rnePostConstraint: Callable[..., Any]
     mj_resetData: Callable[..., Any]
     mj_setConst: Callable[..., Any]
     mj_kinematics: Callable[..., Any]

@@ -177,6 +177,16 @@ def soft_clamp(x: torch.Tensor, lo: torch.Tensor | float, hi: torch.Tensor | flo
 class EnsembleDynamics(nn.Module):
     """E Gaussian MLPs over (s' - s, r) with stacked parameters; ``predict`` implements ``protocol.DynamicsModel``."""
 
+    # buffers (register_buffer in __init__)
+    obs_mean: torch.Tensor  # [O]
+    obs_std: torch.Tensor  # [O]
+    act_mean: torch.Tensor  # [A]
+    act_std: torch.Tensor  # [A]
+    target_mean: torch.Tensor  # [D]
+    target_std: torch.Tensor  # [D]
+    elite_ids: torch.Tensor  # [K] int64
+    holdout_mse: torch.Tensor  # [E]
+
     def __init__(self, obs_dim: int, act_dim: int, cfg: DynamicsConfig = DynamicsConfig()):
         super().__init__()
         self.obs_dim, self.act_dim, self.cfg = obs_dim, act_dim, cfg
@@ -185,7 +195,7 @@ class EnsembleDynamics(nn.Module):
         dims = (obs_dim + act_dim, *cfg.hidden, 2 * D + int(cfg.learn_termination))
         self.layers = nn.ModuleList(EnsembleLinear(E, a, b) for a, b in zip(dims[:-1], dims[1:]))
         with torch.no_grad():  # RAVL's init: truncated normal (+-2 std), std 1 / (2 sqrt(in)), zero biases
-            for layer in self.layers:
+            for layer in self.linears():
                 std = 1 / (2 * math.sqrt(layer.weight.shape[1]))
                 nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
                 layer.bias.zero_()
@@ -202,6 +212,10 @@ class EnsembleDynamics(nn.Module):
         self.register_buffer("elite_ids", torch.arange(cfg.elites, dtype=torch.int64))  # [K]
         self.register_buffer("holdout_mse", torch.full((E,), math.inf))  # [E] of the kept weights (set by fit)
         self._act = _ACT[cfg.activation]
+
+    def linears(self) -> list[EnsembleLinear]:
+        """``self.layers`` typed: every entry is an ``EnsembleLinear`` (built so in ``__init__``)."""
+        return [typing.cast(EnsembleLinear, layer) for layer in self.layers]  # ModuleList yields nn.Module
 
     # ----- the protocol's properties, saving -----
 
@@ -220,7 +234,7 @@ class EnsembleDynamics(nn.Module):
     @classmethod
     def from_meta(cls, meta: dict) -> EnsembleDynamics:
         # JSON turns tuples to lists
-        cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
+        cfg: dict[str, typing.Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
         return cls(meta["obs_dim"], meta["act_dim"], DynamicsConfig(**cfg))
 
     # ----- standardisation -----
@@ -262,11 +276,11 @@ class EnsembleDynamics(nn.Module):
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(M, *x.shape)  # [M,B,I] (a view)
         last = len(self.layers) - 1
-        for j, layer in enumerate(self.layers):
+        for j, layer in enumerate(self.linears()):
             w, b = (layer.weight, layer.bias) if ids is None else (layer.weight[ids], layer.bias[ids])
             h = torch.baddbmm(b, x, w)  # [M,B,out]
             if j < last:
-                if self.ln_scale is not None:
+                if self.ln_scale is not None and self.ln_shift is not None:  # both or neither (cfg.layer_norm)
                     scale, shift = self.ln_scale[j], self.ln_shift[j]  # [E,1,h]
                     if ids is not None:
                         scale, shift = scale[ids], shift[ids]
@@ -276,14 +290,17 @@ class EnsembleDynamics(nn.Module):
                     h = h + x
             x = h
         hi, lo = self.max_logvar, self.min_logvar
-        if hi is not None and ids is not None:
+        if hi is not None and lo is not None and ids is not None:  # both or neither (cfg.logvar_bounds)
             hi, lo = hi[ids], lo[ids]
         return self._heads(x, hi, lo)
 
     def _heads(self, out: torch.Tensor, hi: torch.Tensor | None, lo: torch.Tensor | None):
         D = self.out_dim
         mean, raw = out[..., :D], out[..., D:2 * D]  # [...,D]
-        logvar = soft_clamp(raw, lo, hi) if hi is not None else 2 * soft_clamp(raw, *LOG_SIGMA_BOUNDS)
+        if hi is not None and lo is not None:  # learned bounds (both given, or neither)
+            logvar = soft_clamp(raw, lo, hi)
+        else:
+            logvar = 2 * soft_clamp(raw, *LOG_SIGMA_BOUNDS)
         return mean, logvar, (out[..., 2 * D] if self.cfg.learn_termination else None)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor, terminated: torch.Tensor | None = None):
@@ -293,7 +310,7 @@ class EnsembleDynamics(nn.Module):
         mean, logvar, logit = self.run(x)  # [E,B,D]
         nll = (logvar + (y - mean).square() * torch.exp(-logvar)).mean((-2, -1))  # [E]
         total, parts = nll.sum(), {"nll": nll.detach()}
-        if self.max_logvar is not None:
+        if self.max_logvar is not None and self.min_logvar is not None:
             total = total + LOGVAR_PENALTY * (self.max_logvar.sum() - self.min_logvar.sum())
         if logit is not None and terminated is not None:
             bce = F.binary_cross_entropy_with_logits(logit, terminated.to(logit.dtype).expand_as(logit),
@@ -359,10 +376,10 @@ def member_forward(model: EnsembleDynamics, i: int, obs: torch.Tensor, act: torc
     ``(mean [B,D], logvar [B,D], logit [B] | None)``."""
     x = model.inputs(obs, act)  # [B,I]
     last = len(model.layers) - 1
-    for j, layer in enumerate(model.layers):
+    for j, layer in enumerate(model.linears()):
         h = x @ layer.weight[i] + layer.bias[i, 0]  # [B,out]
         if j < last:
-            if model.ln_scale is not None:
+            if model.ln_scale is not None and model.ln_shift is not None:
                 h = F.layer_norm(h, h.shape[-1:], model.ln_scale[j][i, 0], model.ln_shift[j][i, 0])
             h = model._act(h)
             if model.cfg.residual and h.shape == x.shape:
@@ -375,7 +392,7 @@ def member_forward(model: EnsembleDynamics, i: int, obs: torch.Tensor, act: torc
 def make_optimizer(model: EnsembleDynamics, lr: float | None = None) -> torch.optim.Adam:
     """Adam with one parameter group per linear layer's weights (that layer's ``weight_decay``) and one without
     decay for biases, LayerNorm affines and logvar bounds (RAVL's parameter groups)."""
-    weights = [layer.weight for layer in model.layers]
+    weights = [layer.weight for layer in model.linears()]
     rest = [p for p in model.parameters() if all(p is not w for w in weights)]
     groups = [{"params": [w], "weight_decay": wd} for w, wd in zip(weights, model.cfg.weight_decay)]
     return torch.optim.Adam([*groups, {"params": rest, "weight_decay": 0.0}], lr=lr or model.cfg.lr,

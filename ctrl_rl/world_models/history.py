@@ -104,7 +104,7 @@ class Trajectories:
 
 def trajectories_from_dataset(ds: OfflineDataset, horizon: int, device: torch.device | str) -> Trajectories:
     """The dataset's episodes (a trajectory view) as NeuBay's history source (module docstring: what is cut)."""
-    if not isinstance(ds.obs, torch.Tensor) or ds.action.dim() != 2:
+    if not isinstance(ds.obs, torch.Tensor) or not isinstance(ds.next_obs, torch.Tensor) or ds.action.dim() != 2:
         raise UserInputError(f"dataset {ds.metadata.get('source', '?')} has observation parts or discrete actions: "
                              "expected flat float observations and continuous actions for history rollouts")
     S = len(ds)
@@ -240,16 +240,18 @@ class HistoryCollector:
             if n_alive == 0:
                 break
             out = env.step(action)
+            next_obs = out.final_obs
+            assert isinstance(next_obs, torch.Tensor)  # ModelEnv's observations are flat [P,O]
             time_up = (elapsed + 1 >= self.horizon) & ~out.terminated  # [P]
             truncated = out.truncated | time_up  # [P]
-            for f, v in (("obs", obs), ("action", action), ("reward", out.reward), ("next_obs", out.final_obs),
+            for f, v in (("obs", obs), ("action", action), ("reward", out.reward), ("next_obs", next_obs),
                          ("terminated", out.terminated), ("truncated", truncated), ("alive", alive),
                          ("by_unc", out.truncated), ("by_time", time_up & ~out.truncated),
                          ("epistemic", out.info.get("epistemic", torch.zeros_like(out.reward)))):
                 rec[f].append(v)
             alive = alive & ~(out.terminated | truncated)  # [P]
             elapsed = elapsed + 1
-            obs = out.final_obs
+            obs = next_obs
             hidden, feats = agent.advance(agent_inputs(obs, action, out.reward), hidden)
             action = agent.sample_action(feats, self.gen)  # [P,A]
             n_alive = int(alive.sum())  # host sync

@@ -164,6 +164,7 @@ class ModelEnv:
 
     def _draw_starts(self, n: int) -> torch.Tensor:
         if self.start_sampler is None:
+            assert self.start_obs is not None  # __init__ takes exactly one of start_obs and start_sampler
             idx = torch.randint(self.start_obs.shape[0], (n,), generator=self.generator, device=self.device)  # [n]
             return self.start_obs[idx]  # [n,O]
         start = self.start_sampler(n, self.generator)
@@ -327,8 +328,9 @@ def imagine(env: BatchedEnv, act_fn: Callable[[Obs], torch.Tensor], steps: int, 
     _need(isinstance(steps, int) and steps >= 1, f"imagine steps is {steps!r}, expected an integer >= 1.")
     if reset:
         obs = env.reset()
-    _need(obs is not None,
-          "imagine with reset=False needs obs, the observation the envs are in (the last StepOut.obs).")
+    if obs is None:
+        raise UserInputError(
+            "imagine with reset=False needs obs, the observation the envs are in (the last StepOut.obs).")
     n, device = env.num_envs, env.device
     alive = torch.ones(n, dtype=torch.bool, device=device)  # [N]
     n_alive, added, taken = n, 0, 0

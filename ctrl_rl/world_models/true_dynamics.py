@@ -41,14 +41,14 @@ Shape letters: N envs, M dataset rows, O obs dim, A action dim.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, cast
 
 import gymnasium
-import mujoco
 import numpy as np
 import torch
 
 from ctrl_rl.envs.gymnasium import make
+from ctrl_rl.envs.mujoco_bindings import import_mujoco
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.errors import UserInputError
 
@@ -56,7 +56,33 @@ _PREFIXES = ("gym", "gymnasium", "envpool", "true")  # dropped from env ids: the
 
 
 def _is_count(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and bool(x >= 1)
+
+
+class _MujocoEnv(Protocol):
+    """What this module uses of an unwrapped Gymnasium MuJoCo env (``gymnasium.envs.mujoco.MujocoEnv``)."""
+
+    model: Any  # mujoco.MjModel
+    data: Any  # mujoco.MjData
+    action_space: gymnasium.spaces.Box
+    observation_space: gymnasium.spaces.Box
+
+    @property
+    def dt(self) -> float: ...
+
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None: ...
+
+    def _get_obs(self) -> np.ndarray: ...
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def _mujoco_env(env: gymnasium.Env) -> _MujocoEnv:
+    """``env.unwrapped`` as a ``_MujocoEnv``: a Gymnasium MuJoCo env (``_check_rows`` checks the first one for
+    ``set_state``, ``data`` and ``model``; the others are made from the same id)."""
+    return cast(_MujocoEnv, env.unwrapped)  # gymnasium.make types every env as Env
 
 
 def _rows(x: Any, name: str) -> np.ndarray:
@@ -98,7 +124,7 @@ class TrueDynamicsEnv:
         except gymnasium.error.Error as e:
             raise UserInputError(f"env {env_id!r} cannot be made by gymnasium ({e}): expected a Gymnasium MuJoCo id "
                                  f"such as Hopper-v5.") from None
-        raw = first.unwrapped
+        raw = _mujoco_env(first)
         try:
             qpos, qvel = self._check_rows(env_id, raw, qpos, qvel)
         except UserInputError:
@@ -110,7 +136,7 @@ class TrueDynamicsEnv:
         self.device = torch.device(device)
         self._name = name
         self._qpos, self._qvel = qpos, qvel  # [M,nq], [M,nv] float64
-        self._envs = [raw] + [make(name).unwrapped for _ in range(num_envs - 1)]
+        self._envs = [raw] + [_mujoco_env(make(name)) for _ in range(num_envs - 1)]
         self._horizon = horizon if horizon is not None else (int(limit) if limit else None)
         self._gen = torch.Generator()
         self._gen.manual_seed(int(seed))
@@ -203,6 +229,7 @@ class TrueDynamicsEnv:
 
     def _begin(self, ids: np.ndarray) -> np.ndarray:
         """Put envs ``ids`` in freshly drawn dataset states; their observations ``[len(ids),O]``."""
+        mujoco = import_mujoco()
         rows = torch.randint(self.num_rows, (len(ids),), generator=self._gen).numpy()  # [len(ids)]
         out = np.empty((len(ids), self.spec.obs_shape[0]), dtype=np.float32)
         for k, (i, j) in enumerate(zip(ids, rows)):
@@ -245,6 +272,7 @@ class TrueDynamicsEnv:
             raise ValueError(f"state_dict holds start rows outside this env's {self.num_rows} dataset rows.")
         gen = torch.Generator()
         gen.set_state(d["generator"])  # checked before anything changes
+        mujoco = import_mujoco()
         for i, env in enumerate(self._envs):
             mujoco.mj_resetData(env.model, env.data)
             for f in ("qpos", "qvel", "act", "qacc_warmstart"):
