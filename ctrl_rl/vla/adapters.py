@@ -42,8 +42,10 @@ def apply_lora(backbone, rank: int, alpha: float, targets: str, vision: bool = F
                                  f"expected one of {have}")
     for p in backbone.vlm.parameters():
         p.requires_grad_(False)
-    inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=pattern),
-                            backbone.vlm)
+    # peft annotates lora_alpha as int but only divides by it (scaling = alpha / r): a float alpha works
+    config = LoraConfig(r=rank, lora_alpha=alpha,  # pyright: ignore[reportArgumentType]
+                        lora_dropout=dropout, target_modules=pattern)
+    inject_adapter_in_model(config, backbone.vlm)
     for n, p in backbone.vlm.named_parameters():
         p.requires_grad_("lora_" in n)
 

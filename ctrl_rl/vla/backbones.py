@@ -91,7 +91,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -113,7 +113,11 @@ from transformers import (
     SmolVLMForConditionalGeneration,
     SmolVLMVisionConfig,
 )
-from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+    Qwen2_5_VisionTransformerPretrainedModel,
+    Qwen2_5_VLVisionBlock,
+    apply_rotary_pos_emb_vision,
+)
 from transformers.vision_utils import get_vision_position_ids, get_vision_window_index
 
 from ctrl_rl.errors import UserInputError
@@ -174,6 +178,14 @@ class Backbone(nn.Module):
     ``Backbone(vlm)`` wraps any supported ``*ForConditionalGeneration`` model; ``build_backbone`` makes one.
     """
 
+    # buffers (register_buffer, not persistent): the processor's mean/std [1,3,1,1]; Qwen2.5-VL's window layout
+    _mean: torch.Tensor
+    _std: torch.Tensor
+    _qwen_perm: torch.Tensor  # [S]
+    _qwen_unperm: torch.Tensor  # [T]
+    _qwen_window_mask: torch.Tensor  # [S,S] bool
+    _qwen_positions: torch.Tensor  # [S,2]
+
     def __init__(self, vlm: PreTrainedModel):
         super().__init__()
         kind = vlm.config.model_type
@@ -214,6 +226,10 @@ class Backbone(nn.Module):
 
     def _part(self, which: str) -> nn.Module:
         return _lookup(self._hf(), getattr(_LAYOUTS[self.kind], which))
+
+    def _qwen_visual(self) -> Qwen2_5_VisionTransformerPretrainedModel:
+        """Qwen2.5-VL's vision tower, typed (``_part`` knows only ``nn.Module``)."""
+        return cast(Qwen2_5_VisionTransformerPretrainedModel, self._part("vision"))  # _LAYOUTS["qwen2_5_vl"]
 
     def lora_target(self, modules: tuple[str, ...] = ("q_proj", "v_proj"), *, vision: bool = False) -> str:
         """A peft ``target_modules`` regex: the named ``modules`` inside the language model (or the vision side)."""
@@ -268,14 +284,15 @@ class Backbone(nn.Module):
         return x.reshape(b * gh * gw, c * tp * p * p)
 
     def _qwen_image_embeds(self, x: torch.Tensor) -> torch.Tensor:
-        visual = self._part("vision")
+        visual = self._qwen_visual()
         b = x.shape[0]
         patches = self._patchify_qwen(x)  # [B*S, 3*tp*p*p]
         h = visual.patch_embed(patches)  # [B*S, Dv]
         h = h.view(b, -1, h.shape[-1])[:, self._qwen_perm]  # [B,S,Dv] in window order
         cos, sin = visual.rotary_pos_emb(h, self._qwen_positions)  # [S,hd] each
         full = set(visual.fullatt_block_indexes)
-        for i, block in enumerate(visual.blocks):
+        for i, module in enumerate(visual.blocks):
+            block = cast(Qwen2_5_VLVisionBlock, module)  # nn.ModuleList yields nn.Module
             mask = None if i in full else self._qwen_window_mask  # [S,S] bool or None
             if block.gradient_checkpointing and block.training:
                 h = checkpoint(_qwen_block, block, h, cos, sin, mask, use_reentrant=False)
@@ -288,7 +305,7 @@ class Backbone(nn.Module):
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Token ids [B,L] -> the language model's input embeddings [B,L,D] (Gemma: already scaled by sqrt(D))."""
         assert ids.ndim == 2, f"expected ids [B,L], got {tuple(ids.shape)}"
-        return self._part("text").embed_tokens(ids)  # [B,L,D]
+        return _lookup(self._part("text"), "embed_tokens")(ids)  # [B,L,D]
 
     def decode(
         self,
@@ -343,7 +360,8 @@ class Backbone(nn.Module):
         hf.save_pretrained(os.fspath(directory))
 
 
-def _qwen_block(block: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: Any) -> torch.Tensor:
+def _qwen_block(block: Qwen2_5_VLVisionBlock, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: Any) -> torch.Tensor:
     """One Qwen2.5-VL vision block on [B,S,Dv], images batched (upstream packs them into one sequence)."""
     attn = block.attn
     b, s, _ = h.shape
@@ -366,19 +384,48 @@ def _special_ids(vocab_size: int) -> dict[str, int]:
     return {"image": top - 1, "video": top - 2, "vision_start": top - 3, "vision_end": top - 4}
 
 
+class _TinyText(TypedDict):
+    """Keyword arguments of a tiny language model's config (Llama, Gemma, Qwen2.5-VL text)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    pad_token_id: int
+    bos_token_id: int
+    eos_token_id: int
+
+
+class _TinyVision(TypedDict):
+    """Keyword arguments of a tiny vision tower's config (SmolVLM, Idefics3, SigLIP)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+
+
 def _tiny_config(name: str, vocab_size: int):
     ids = _special_ids(vocab_size)
     width, heads, side = (64, 4, 64) if name == "smolvlm-small" else (32, 2, 32)
-    text = dict(vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
-                num_attention_heads=heads, num_key_value_heads=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    vision = dict(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=heads,
-                  image_size=side, patch_size=8)  # fmt: skip
+    text = _TinyText(vocab_size=vocab_size, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
+                     num_attention_heads=heads, num_key_value_heads=1, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    vision = _TinyVision(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2, num_attention_heads=heads,
+                         image_size=side, patch_size=8)  # fmt: skip
+    # pad_token_id of SmolVLMConfig / Idefics3Config: an extra keyword their __post_init__ reads (the configs take
+    # extra keywords through strict(accept_kwargs=True)); their dataclass_transform signature does not list it
     if name in ("smolvlm-tiny", "smolvlm-small"):
         return SmolVLMConfig(vision_config=SmolVLMVisionConfig(**vision), text_config=LlamaConfig(**text),
-                             scale_factor=2, image_token_id=ids["image"], pad_token_id=0)
+                             scale_factor=2, image_token_id=ids["image"],
+                             pad_token_id=0)  # pyright: ignore[reportCallIssue]
     if name == "idefics3-tiny":
         return Idefics3Config(vision_config=Idefics3VisionConfig(**vision), text_config=LlamaConfig(**text),
-                              scale_factor=2, image_token_id=ids["image"], pad_token_id=0)
+                              scale_factor=2, image_token_id=ids["image"],
+                              pad_token_id=0)  # pyright: ignore[reportCallIssue]
     if name == "paligemma-tiny":
         text_config = GemmaConfig(**text, head_dim=16, use_bidirectional_attention=False)
         return PaliGemmaConfig(vision_config=SiglipVisionConfig(**vision, vision_use_head=False).to_dict(),
@@ -386,9 +433,9 @@ def _tiny_config(name: str, vocab_size: int):
                                projection_dim=32, hidden_size=32, vocab_size=vocab_size)
     # qwen2.5-vl-tiny: 32x32 images (= 2 x window_size), 4x4 patches of 8, merged 2x2 -> 4 tokens; block 0
     # attends within windows of 2x2 patches (one merged token), block 1 over the whole image.
-    text["rope_parameters"] = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4}
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4}
     return Qwen2_5_VLConfig(
-        text_config=text,
+        text_config={**text, "rope_parameters": rope},
         vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
                            patch_size=8, spatial_merge_size=2, temporal_patch_size=2, window_size=16,
                            fullatt_block_indexes=[1]),
@@ -422,6 +469,7 @@ def _load_dir(directory: str, dtype: torch.dtype) -> PreTrainedModel:
             f"backbone directory {directory} holds model_type {model_type!r}: expected one of {tuple(_LAYOUTS)}"
         )
     cls = _LAYOUTS[model_type].cls
+    assert cls.config_class is not None  # every class in _LAYOUTS names its config class
     config = cls.config_class.from_pretrained(directory, local_files_only=True)
     if model_type == "paligemma":
         config.text_config.use_bidirectional_attention = False  # plain causal attention (module docstring)
@@ -444,7 +492,10 @@ def build_backbone(name_or_dir: str | os.PathLike, *, vocab_size: int = 1024, dt
             raise UserInputError(
                 f"vocab_size must be at least {minimum} (256 action bins, 8 special ids), got {vocab_size}"
             )
-        vlm = _LAYOUTS[_TINY_KINDS[name]].cls(_tiny_config(name, vocab_size)).to(dtype)
+        vlm = _LAYOUTS[_TINY_KINDS[name]].cls(_tiny_config(name, vocab_size))
+        # PreTrainedModel.to is decorated with functools.wraps(nn.Module.to), which typeshed types as a plain
+        # callable attribute (``self`` not bound), so the dtype lands on ``self``
+        vlm = vlm.to(dtype)  # pyright: ignore[reportArgumentType]
     elif os.path.isdir(name):
         vlm = _load_dir(name, dtype)
     else:

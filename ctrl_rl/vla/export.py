@@ -15,10 +15,13 @@ import torch
 from torch import nn
 
 from ctrl_rl.vla.adapters import merge_lora
+from ctrl_rl.vla.heads import FlowHead, RegressionHead
 from ctrl_rl.vla.policy import PROMPT, VLAPolicy
 
 
 class ChunkPolicy(nn.Module):
+    columns: torch.Tensor  # [P] int64 buffer: the proprio columns of the env's state
+
     def __init__(self, policy: VLAPolicy, proprio_columns: tuple[int, ...], execute_steps: int):
         super().__init__()
         self.execute_steps = execute_steps
@@ -57,9 +60,10 @@ class ChunkPolicy(nn.Module):
                 e = p.backbone.embed_tokens(p.bins.to_ids(b[:, None])).to(seq.dtype)  # [B,1,D]
                 seq, smask = torch.cat([seq, e], 1), torch.cat([smask, smask.new_ones(B, 1)], 1)
             x = p.bins.decode(torch.stack(bins, 1), p.H, p.A)
-        elif p.head_kind == "regression":
+        elif isinstance(p.head, RegressionHead):
             x = p.head(p._queries(embeds, amask))
         else:
+            assert isinstance(p.head, FlowHead)  # the one head kind left ("flow")
             cond = p._queries(embeds, amask)
             x = p.head.sample(cond, None, noise=torch.zeros(cond.shape[0], p.H, p.A, dtype=cond.dtype,
                                                             device=cond.device))

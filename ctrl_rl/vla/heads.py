@@ -65,6 +65,8 @@ class ActionNormalizer(nn.Module):
     """
 
     MIN_RANGE = 1e-6
+    q01: torch.Tensor  # [A] buffer
+    q99: torch.Tensor  # [A] buffer
 
     def __init__(self, action_dim: int):
         super().__init__()

@@ -55,6 +55,9 @@ def decode_language(ids: torch.Tensor) -> list[str]:
 class VLAPolicy(nn.Module):
     """The VLA model (module docstring). Build with a backbone and tokenizer; ``set_statistics`` before training."""
 
+    state_mean: torch.Tensor  # [P] buffer
+    state_std: torch.Tensor  # [P] buffer
+
     def __init__(self, backbone: Backbone, tokenizer, head: str, chunk: int, action_dim: int, proprio_dim: int,
                  cameras: tuple[str, ...], max_text_len: int = 16, flow_steps: int = 10, init_log_std: float = -2.0):
         super().__init__()
@@ -142,8 +145,9 @@ class VLAPolicy(nn.Module):
             bins = self.bins.encode(x)  # [B,M]
             return token_loss(self._token_logits(embeds, mask, bins), bins, weights)
         cond = self._queries(embeds, mask)  # [B,H,D]
-        if self.head_kind == "regression":
+        if isinstance(self.head, RegressionHead):
             return self.head.loss(cond, x, weights)
+        assert isinstance(self.head, FlowHead)  # the one head kind left ("flow")
         return self.head.loss(cond, x, gen, weights)
 
     # ----- acting -----
@@ -179,9 +183,10 @@ class VLAPolicy(nn.Module):
             logp = None if deterministic else self.log_prob(prefix, bins)
             return x, bins, logp
         cond = self._queries(embeds, mask)  # [B,H,D]
-        if self.head_kind == "regression":
+        if isinstance(self.head, RegressionHead):
             x = self.head.sample(cond, gen, deterministic)  # [B,H,A]
             return x.clamp(-1, 1), x, (None if deterministic else self.head.log_prob(cond, x))
+        assert isinstance(self.head, FlowHead)  # the one head kind left ("flow")
         if deterministic:  # the flow's deterministic mode: integrate from zero noise (the export does the same)
             noise = torch.zeros(cond.shape[0], self.H, self.A, dtype=cond.dtype, device=cond.device)
             return self.head.sample(cond, gen, noise=noise).clamp(-1, 1), None, None
@@ -196,6 +201,7 @@ class VLAPolicy(nn.Module):
         if self.head_kind == "tokens":
             return token_log_prob(self._token_logits(embeds, mask, stored), stored)
         cond = self._queries(embeds, mask)
-        if self.head_kind == "regression":
+        if isinstance(self.head, RegressionHead):
             return self.head.log_prob(cond, stored)
+        assert isinstance(self.head, FlowHead)  # the one head kind left ("flow")
         return self.head.chain_log_prob(cond, stored, sigma)
