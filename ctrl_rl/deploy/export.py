@@ -34,13 +34,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol, cast
 
 import torch
 from torch import nn
 
 from ctrl_rl.core.obs import ObsPart
-from ctrl_rl.core.protocols import ChunkPolicy, LanguagePolicy, Recurrent
+from ctrl_rl.core.protocols import ChunkPolicy, LanguagePolicy, Recurrent, RecurrentPolicy
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.errors import UserInputError
@@ -60,12 +60,29 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+class _ExecuteSteps(Protocol):
+    """What a chunk policy has besides ``ChunkPolicy.chunk`` (core/protocols.py does not declare it)."""
+
+    execute_steps: int
+
+
+class _SavesTokenizer(Protocol):
+    """What a language policy has besides ``LanguagePolicy.language_input`` (core/protocols.py does not declare it)."""
+
+    def save_tokenizer(self, directory: Path) -> None: ...
+
+
 class ExportModule(nn.Module):
     """The exported graph: env-form observation parts in, the env's action out (module docstring).
 
     ``forward(*parts)`` for a policy of the observation alone (parts in ``spec.parts`` order);
     ``forward(*parts, prev_action, prev_reward, hidden) -> (action, hidden)`` for a recurrent one.
     """
+
+    # buffers of a continuous policy (register_buffer in __init__), [A] each
+    finite: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor
 
     def __init__(self, policy: nn.Module, spec, recurrent: bool = False, env_spec=None):
         """``spec``: the agent's (observation parts, [-1, 1] actions); ``env_spec``: the env's own spec under the
@@ -231,7 +248,7 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     spec = algo.spec  # the agent's: actions in [-1, 1]
     env_spec = spec_of(run.env)  # the env's own action bounds and robot metadata, no env built where avoidable
     robot, units, space = _robot_and_units(env_spec)
-    policy = algo.exportable().eval()
+    policy: nn.Module = algo.exportable().eval()
     chunk = policy.chunk if isinstance(policy, ChunkPolicy) else None  # a chunk policy (VLA) keeps its own state
     recurrent = isinstance(algo, Recurrent) and chunk is None
     language = policy.language_input() if isinstance(policy, LanguagePolicy) else None
@@ -241,13 +258,18 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
         spec = dataclasses.replace(spec, obs_parts=parts)
     module = ExportModule(policy, spec, recurrent, env_spec).eval()
     gen = torch.Generator().manual_seed(opts.seed)
-    hidden0 = policy.initial_hidden(1) if recurrent else None
+    hidden0 = None
+    if recurrent:
+        assert isinstance(policy, RecurrentPolicy)  # a Recurrent algorithm's exportable() has initial_hidden
+        hidden0 = policy.initial_hidden(1)
     args = example_inputs(env_spec if recurrent else spec, opts.batch, gen, hidden0)
     with torch.no_grad():
         want = module(*args)
     want = want if isinstance(want, tuple) else (want,)
     names = [input_name(p.name) for p in spec.parts] + (["prev_action", "prev_reward", "hidden"] if recurrent else [])
     outputs = ["action", "next_hidden"] if recurrent else ["action"]
+
+    execute_steps = cast(_ExecuteSteps, policy).execute_steps if chunk else None  # a chunk policy's (vla/export.py)
 
     ck_dir = ck_path.parent.parent
     config_path = ck_dir / "config.json"
@@ -260,12 +282,13 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
         "action": ({"kind": "discrete", "n": spec.action_dim, "dtype": "int64", "shape": ["batch"]} if spec.discrete
                    else {"kind": "continuous", "shape": ["batch", *([chunk] if chunk else []), spec.action_dim],
                          "dtype": "float32",
-                         **({"chunk": chunk, "execute_steps": policy.execute_steps} if chunk else {}),
+                         **({"chunk": chunk, "execute_steps": execute_steps} if chunk else {}),
                          "low": list(env_spec.action_low), "high": list(env_spec.action_high),
                          "units": units, "space": space}),
         "recurrent": ({"prev_action": ["batch", spec.action_dim], "prev_reward": ["batch"],
                        "hidden": ["batch", *hidden0.shape[1:]], "start": "zeros for prev_action, prev_reward and "
-                       "hidden at an episode's first step; feed next_hidden back as hidden"} if recurrent else None),
+                       "hidden at an episode's first step; feed next_hidden back as hidden"} if hidden0 is not None
+                      else None),
         "language": language,
         "control_hz": (1.0 / spec.dt) if spec.dt > 0 else None,
         "dt": spec.dt or None,
@@ -283,7 +306,7 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     tmp.chmod(0o755)  # mkdtemp's 0700 would survive the rename
     try:
         if language is not None:
-            policy.save_tokenizer(tmp)
+            cast(_SavesTokenizer, policy).save_tokenizer(tmp)  # language is set: the policy is a VLA's
             meta["files"]["tokenizer"] = language["tokenizer"]
         if "onnx" in opts.format:
             f = tmp / "policy.onnx"
