@@ -50,6 +50,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -59,7 +60,8 @@ from ctrl_rl.algos.sac import SAC, SACConfig
 from ctrl_rl.algos.wsrl import WSRL_SAC
 from ctrl_rl.core.distributions import tanh_normal_sample
 from ctrl_rl.core.losses import td_target
-from ctrl_rl.core.nets import EnsembleMLP
+from ctrl_rl.core.nets import EnsembleLinear, EnsembleMLP
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
@@ -167,10 +169,11 @@ def ensemble_forward(net: EnsembleMLP, x: torch.Tensor, members: torch.Tensor) -
     assert net.renorms is None, "ensemble_forward does not support BatchRenorm critics"
     M, last = members.numel(), len(net.layers) - 1
     h = x.unsqueeze(0).expand(M, *x.shape)  # [M,B,in]
-    for i, layer in enumerate(net.layers):
+    for i, module in enumerate(net.layers):
+        layer = cast(EnsembleLinear, module)
         h = torch.baddbmm(layer.bias.index_select(0, members), h, layer.weight.index_select(0, members))  # [M,B,h]
         if i < last:
-            if net.norm_scale is not None:
+            if net.norm_scale is not None and net.norm_shift is not None:  # both set together (layer_norm)
                 h = nn.functional.layer_norm(h, h.shape[-1:]) * net.norm_scale[i].index_select(0, members) \
                     + net.norm_shift[i].index_select(0, members)
             h = net.act(h)
@@ -233,6 +236,7 @@ class CQL:
         self.sac = SAC(config, spec, device, generator)
         s = self.sac
         self.device, self.gen = s.device, s.gen
+        assert s.critic_target is not None  # a target network: CQL rejects crossq
         self.actor, self.critic, self.critic_target, self.log_alpha = s.actor, s.critic, s.critic_target, s.log_alpha
         self._tgt, self._src = list(self.critic_target.parameters()), list(self.critic.parameters())
         self._log_q_uniform = spec.action_dim * math.log(0.5)
@@ -259,7 +263,7 @@ class CQL:
         return self.sac.q(net, obs, action)  # [E,B]
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         return self.sac.act(obs, deterministic)
 
     def exportable(self) -> nn.Module:
@@ -269,26 +273,28 @@ class CQL:
         """Critic loss, info and the detached mean CQL diff. Random draws, in order: the subset (randperm), one
         Gaussian draw ``[B,2K+Kt,A]`` for [pi(s) K | pi(s') K | target pi(s') Kt], then uniform ``[B,K,A]``."""
         c = self.config
+        obs, next_obs = batch.obs, batch.next_obs
+        assert isinstance(obs, torch.Tensor) and isinstance(next_obs, torch.Tensor)  # CQL takes flat observations
         B, A = batch.action.shape
-        assert batch.obs.shape[0] == B and batch.reward.shape == (B,), "expected obs [B,O], action [B,A], reward [B]"
+        assert obs.shape[0] == B and batch.reward.shape == (B,), "expected obs [B,O], action [B,A], reward [B]"
         K, Kt = c.num_cql_samples, (c.num_cql_samples if c.max_target_backup else 1)
         action = batch.action.clamp(-c.action_clip, c.action_clip)  # [B,A]
         subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
         with torch.no_grad():
-            mean, log_std = self.actor(torch.cat([batch.obs, batch.next_obs]))  # [2B,A] each
+            mean, log_std = self.actor(torch.cat([obs, next_obs]))  # [2B,A] each
             mean = torch.cat([mean[:B, None].expand(B, K, A), mean[B:, None].expand(B, K + Kt, A)], 1)  # [B,2K+Kt,A]
             log_std = torch.cat([log_std[:B, None].expand(B, K, A), log_std[B:, None].expand(B, K + Kt, A)], 1)
             a_pi, logp_pi = tanh_normal_sample(mean, log_std, self.gen)  # [B,2K+Kt,A], [B,2K+Kt]
             a_rand = torch.rand((B, K, A), generator=self.gen, device=self.device) * 2 - 1  # [B,K,A]
             a_t, logp_t = a_pi[:, 2 * K:], logp_pi[:, 2 * K:]  # [B,Kt,A], [B,Kt]
-            nxt = torch.cat([batch.next_obs[:, None].expand(B, Kt, -1), a_t], -1).reshape(B * Kt, -1)  # [B*Kt,O+A]
+            nxt = torch.cat([next_obs[:, None].expand(B, Kt, -1), a_t], -1).reshape(B * Kt, -1)  # [B*Kt,O+A]
             q_next = ensemble_forward(self.critic_target, nxt, subset).view(-1, B, Kt)  # [M,B,Kt]
             y = max_backup_target(q_next, batch.reward, batch.terminated, logp_t, self.alpha, c.gamma,
                                   c.backup_entropy)  # [B]
-        q = self.q(self.critic, batch.obs, action)  # [E,B]
+        q = self.q(self.critic, obs, action)  # [E,B]
         td = (q - y).square().mean()
         samples = torch.cat([a_rand, a_pi[:, : 2 * K]], 1)  # [B,3K,A]: uniform | pi(s) | pi(s')
-        x = torch.cat([batch.obs[:, None].expand(B, 3 * K, -1), samples], -1).reshape(B * 3 * K, -1)  # [B*3K,O+A]
+        x = torch.cat([obs[:, None].expand(B, 3 * K, -1), samples], -1).reshape(B * 3 * K, -1)  # [B*3K,O+A]
         q_samples = ensemble_forward(self.critic, x, subset).view(-1, B, 3 * K)  # [M,B,3K]
         info = {}
         if c.calql:
@@ -320,7 +326,7 @@ class CQL:
         self.sac.critic_opt.step()
         polyak_(self._tgt, self._src, self.config.tau)
         self.sac.critic_updates += 1
-        if self.lagrange_opt is not None:
+        if self.lagrange_opt is not None and self.lagrange_raw is not None:  # both set together (lagrange)
             lag_loss = -nn.functional.softplus(self.lagrange_raw) * (diff_mean - self.config.target_gap)
             self.lagrange_opt.zero_grad(set_to_none=True)
             lag_loss.backward()
@@ -348,7 +354,7 @@ class CQL:
 
     def load_state_dict(self, state: dict) -> None:
         self.sac.load_state_dict(state)
-        if self.lagrange_raw is not None and state.get("cql_lagrange") is not None:
+        if self.lagrange_raw is not None and self.lagrange_opt is not None and state.get("cql_lagrange") is not None:
             with torch.no_grad():
                 self.lagrange_raw.copy_(state["cql_lagrange"])
             # deep copy: torch's Optimizer.load_state_dict keeps references to the given state tensors

@@ -165,7 +165,8 @@ class IMPALA:
                                                    c.max_grad_norm if c.max_grad_norm > 0 else float("inf"))
         self.opt.step()
         if isinstance(self.ac.norm, RunningNorm):
-            state = batch.obs if self.ac.flat else batch.obs.get("state")
+            obs = batch.obs  # a tensor exactly when the spec is flat
+            state = obs if isinstance(obs, torch.Tensor) else obs.get("state")
             if state is not None:
                 self.ac.norm.update(state.flatten(0, 1))
         return {**info, "stats/grad_norm": grad_norm.detach()}

@@ -40,6 +40,7 @@ from torch import nn
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import normal_log_prob
 from ctrl_rl.core.nets import Activation, EnsembleMLP, mlp
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
@@ -179,7 +180,7 @@ class IQL:
         return net(torch.cat([obs, action], -1)).squeeze(-1)  # [E,B]
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         """``tanh(mu(s))`` or a Gaussian sample clipped to [-1, 1] (the code's sample_actions)."""
         self.actor.eval()
         try:
@@ -204,26 +205,28 @@ class IQL:
         """Value, actor, critic steps (in the code's order) and the Polyak target update.
         Returns device tensors (no host sync)."""
         c = self.config
-        B = batch.obs.shape[0]
+        obs, next_obs = batch.obs, batch.next_obs
+        assert isinstance(obs, torch.Tensor) and isinstance(next_obs, torch.Tensor)  # IQL takes flat observations
+        B = obs.shape[0]
         assert batch.action.shape[0] == B and batch.reward.shape == (B,), "expected obs [B,O], action [B,A], reward [B]"
         action = batch.action.clamp(-c.action_clip, c.action_clip)  # [B,A]
         with torch.no_grad():
-            q_t = self.q(self.critic_target, batch.obs, action).min(0).values  # [B]
-        v = self.value(batch.obs).squeeze(-1)  # [B]
+            q_t = self.q(self.critic_target, obs, action).min(0).values  # [B]
+        v = self.value(obs).squeeze(-1)  # [B]
         value_loss = expectile_loss(q_t - v, c.expectile).mean()
         self._step(self.value_opt, value_loss)
 
         with torch.no_grad():
-            v_new, v_next = self.value(torch.cat([batch.obs, batch.next_obs])).squeeze(-1).split(B)  # [B] each
+            v_new, v_next = self.value(torch.cat([obs, next_obs])).squeeze(-1).split(B)  # [B] each
             adv = q_t - v_new  # [B]
             w = awr_weights(adv, c.beta, c.weight_clip)  # [B]
             y = batch.reward + c.gamma * (~batch.terminated).to(batch.reward.dtype) * v_next  # [B]
-        actor_loss = -(w * self.actor.log_prob(batch.obs, action, self.gen)).mean()
+        actor_loss = -(w * self.actor.log_prob(obs, action, self.gen)).mean()
         actor_lr = self.actor_opt.param_groups[0]["lr"]  # the rate of this step (a Python float: no sync)
         self._step(self.actor_opt, actor_loss)
         self.actor_sched.step()
 
-        q = self.q(self.critic, batch.obs, action)  # [E,B]
+        q = self.q(self.critic, obs, action)  # [E,B]
         critic_loss = (q - y).square().mean(1).sum()
         self._step(self.critic_opt, critic_loss)
         polyak_(self._tgt, self._src, c.tau)

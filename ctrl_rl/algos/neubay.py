@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,7 @@ from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
 from ctrl_rl.core.losses import td_target
 from ctrl_rl.core.nets import EnsembleLinear, norm_block
+from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.sequence import LRUEncoder
 from ctrl_rl.core.validate import check_fields
@@ -190,8 +192,9 @@ class CriticHeads(nn.Module):
         self.ln_shift = nn.ParameterList(nn.Parameter(torch.zeros(members, 1, h)) for h in hidden)
         with torch.no_grad():
             bound = math.sqrt(out_scale / dims[-2])
-            self.layers[-1].weight.uniform_(-bound, bound)
-            self.layers[-1].bias.zero_()
+            out = cast(EnsembleLinear, self.layers[-1])
+            out.weight.uniform_(-bound, bound)
+            out.bias.zero_()
 
     def forward(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         x = torch.cat([z, action], -1)  # [B,D+A]
@@ -214,7 +217,8 @@ class RecurrentPolicy(nn.Module):
         self.encoder, self.head = encoder, head
 
     def initial_hidden(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, *self.encoder.hidden_shape, 2, device=self.encoder.pre[0].weight.device)
+        first = cast(nn.Linear, self.encoder.pre[0])  # norm_block starts with its Linear
+        return torch.zeros(n, *self.encoder.hidden_shape, 2, device=first.weight.device)
 
     def forward(self, obs, prev_action, prev_reward, hidden):
         z, h = self.encoder.step_real(agent_inputs(obs, prev_action, prev_reward), hidden)
@@ -260,17 +264,19 @@ class NeuBay:
         self.actor_groups = [list(self.actor_encoder.parameters()), list(self.actor.parameters())]
         self.actor_params = [p for g in self.actor_groups for p in g]
         self.base_lrs = {"critic": (c.encoder_lr, c.critic_lr), "actor": (c.encoder_lr, c.actor_lr)}
-        kw = dict(weight_decay=0.0, eps=c.adam_eps, fused=True)
         self.critic_opt = torch.optim.AdamW([{"params": g, "lr": lr} for g, lr in zip(self.critic_groups,
-                                                                                       self.base_lrs["critic"])], **kw)
+                                                                                       self.base_lrs["critic"])],
+                                            weight_decay=0.0, eps=c.adam_eps, fused=True)
         self.actor_opt = torch.optim.AdamW([{"params": g, "lr": lr} for g, lr in zip(self.actor_groups,
-                                                                                      self.base_lrs["actor"])], **kw)
+                                                                                      self.base_lrs["actor"])],
+                                           weight_decay=0.0, eps=c.adam_eps, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=c.alpha_lr) if c.learn_alpha else None
         self._tgt = [*self.target_encoder.parameters(), *self.target_critic.parameters()]
         self._src = [*self.critic_encoder.parameters(), *self.critic.parameters()]
         self.updates = 0
         self._hidden: torch.Tensor | None = None  # acting state: [N,L,H] complex, prev action [N,A], prev reward [N]
-        self._prev_a = self._prev_r = None
+        self._prev_a: torch.Tensor | None = None
+        self._prev_r: torch.Tensor | None = None
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -312,12 +318,13 @@ class NeuBay:
 
     # ---- losses and steps ---------------------------------------------------------------------------
 
-    def critic_loss(self, batch: TapeBatch, seq=None, start=None, pos=None, policy=None
+    def critic_loss(self, batch: TapeBatch, seq: torch.Tensor | None = None, start: torch.Tensor | None = None,
+                    pos: torch.Tensor | None = None, policy: tuple[torch.Tensor, torch.Tensor] | None = None
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The mixed Huber TD loss (module docstring) with gradient into the critic encoder and heads. ``policy`` =
         the actor's ``(mean, log_std)`` over the sequence, if already computed (used without gradient)."""
         c = self.config
-        if seq is None:
+        if seq is None or start is None or pos is None:  # given together (update) or not at all
             seq, start, pos = self.sequence(batch)
         nxt = pos + 1  # [T]
         with torch.no_grad():
@@ -336,7 +343,7 @@ class NeuBay:
                       "loss/critic_imag": l_imag.detach(), "stats/q_mean": qd.mean(), "stats/q_real": q_real,
                       "stats/q_imag": q_imag, "stats/q_max": q.detach().max(), "stats/target_mean": y.mean()}
 
-    def _apply(self, opt: torch.optim.Optimizer, groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    def _apply(self, opt: torch.optim.Optimizer, groups: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
         """NaN-zero and clip each group's gradients (``grad_clip``), then step; returns the groups' norms."""
         norms = []
         for g in groups:
@@ -398,7 +405,8 @@ class NeuBay:
 
     @torch.no_grad()
     def sample_action(self, features: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return tanh_normal_sample(*self.actor(features), generator)[0]
+        mean, log_std = self.actor(features)  # [N,A] each
+        return tanh_normal_sample(mean, log_std, generator)[0]
 
     # ---- acting in the real env ---------------------------------------------------------------------
 
@@ -412,7 +420,7 @@ class NeuBay:
     @torch.no_grad()
     def observe(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """After an env step: the reward becomes the next input's previous reward; ended episodes restart."""
-        if self._hidden is None:
+        if self._hidden is None or self._prev_a is None:  # set together by reset_state
             return
         keep = (~done.to(self.device, torch.bool)).float()  # [N]
         self._prev_r = reward.to(self.device, torch.float32) * keep
@@ -420,11 +428,13 @@ class NeuBay:
         self._hidden = self._hidden * keep[:, None, None]
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
         """The next action of N envs given their observation; the history so far is the acting state
         (``reset_state`` when N changes)."""
+        assert isinstance(obs, torch.Tensor)  # NeuBay takes flat observations
         if self._hidden is None or self._hidden.shape[0] != obs.shape[0]:
             self.reset_state(obs.shape[0])
+        assert self._hidden is not None and self._prev_a is not None and self._prev_r is not None  # reset_state
         z, self._hidden = self.actor_encoder.step(agent_inputs(obs.float(), self._prev_a, self._prev_r), self._hidden)
         mean, log_std = self.actor(z)  # [N,A] each
         a = torch.tanh(mean) if deterministic else tanh_normal_sample(mean, log_std, self.gen)[0]

@@ -194,7 +194,9 @@ def observation_features(norm: nn.Module, encoder: Encoder | None, obs: Obs) -> 
     """``[B,O]`` normalized flat observations (``encoder`` None), or the encoder's features ``[B,F]`` of a
     dict of parts whose float ``state`` part (if any) is normalized first."""
     if encoder is None:
+        assert isinstance(obs, torch.Tensor)  # no encoder: a flat spec, plain-tensor observations
         return norm(obs.flatten(1))  # [B,O]
+    assert not isinstance(obs, torch.Tensor)  # an encoder: observations with parts
     if "state" in obs:
         obs = {**obs, "state": norm(obs["state"].flatten(1))}  # a new dict: the caller's is left as it was
     return encoder(obs)  # [B,F]
@@ -204,7 +206,7 @@ class ActorCritic(nn.Module):
     """Gaussian (state-independent log-std) or categorical policy and a separate value network, both on the
     features of one observation encoder (none for flat observations; see the module docstring)."""
 
-    def __init__(self, cfg: PPOConfig, spec: EnvSpec):
+    def __init__(self, cfg: ActorCriticFields, spec: EnvSpec):
         super().__init__()
         self.discrete = spec.discrete
         self.flat = spec.is_flat
@@ -212,7 +214,7 @@ class ActorCritic(nn.Module):
         self.encoder = None if self.flat else make_encoder(spec.parts, cfg.encoder)
         state_dim = spec.obs_dim  # the flat observation, or the 'state' part of a multi-part one (0: none)
         self.norm = RunningNorm((state_dim,)) if cfg.obs_norm and state_dim > 0 else nn.Identity()
-        feat_dim = state_dim if self.flat else self.encoder.out_dim
+        feat_dim = state_dim if self.encoder is None else self.encoder.out_dim  # no encoder: flat
         self.actor = mlp(feat_dim, cfg.actor_hidden, spec.action_dim, cfg.activation, out_gain=0.01)
         self.critic = mlp(feat_dim, cfg.critic_hidden, 1, cfg.activation, out_gain=1.0)
         if not self.discrete:
@@ -365,6 +367,7 @@ class PPO:
         # normalizer is frozen during the update) and lead the table; observations with parts stay out of
         # it ([S, A+4]) and each minibatch gathers its rows of every part and encodes them in the loss.
         if self.ac.flat:
+            assert isinstance(batch.obs, torch.Tensor)  # a flat spec: plain-tensor observations
             with torch.no_grad():
                 lead = [self.ac.features(batch.obs.reshape(S, self.spec.obs_dim))]  # [S,O]
             obs_all = None
@@ -400,7 +403,9 @@ class PPO:
                 self.opt.zero_grad(set_to_none=False)
                 loss.backward()
                 if self.grad_reduce is not None:
-                    self.grad_reduce([p.grad for p in self.params])
+                    grads = [p.grad for p in self.params if p.grad is not None]
+                    assert len(grads) == len(self.params)  # every parameter is in the loss: each has a gradient
+                    self.grad_reduce(grads)
                 if cfg.max_grad_norm > 0:
                     gn = nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 else:
@@ -427,7 +432,8 @@ class PPO:
                 if cfg.target_kl is not None and kl > cfg.target_kl:
                     break
         if isinstance(self.ac.norm, RunningNorm):
-            self._update_norm(batch.obs if self.ac.flat else batch.obs["state"])
+            obs = batch.obs  # a tensor exactly when the spec is flat
+            self._update_norm(obs if isinstance(obs, torch.Tensor) else obs["state"])
         m = (sums / steps).detach()  # [6]
         with torch.no_grad():
             explained = 1 - (ret - value).var() / (ret.var() + 1e-8)
@@ -459,6 +465,7 @@ class PPO:
         mean = s1 / cnt
         var = (s2 / cnt - mean.square()).clamp_min(0)
         norm = self.ac.norm
+        assert isinstance(norm, RunningNorm)  # called only with observation normalization on
         norm.merge(mean.to(norm.mean.dtype), var.to(norm.var.dtype), cnt)
 
     # -- state --------------------------------------------------------------------------------------

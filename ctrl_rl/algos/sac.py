@@ -51,7 +51,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -60,7 +60,7 @@ from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
 from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_shift_obs
 from ctrl_rl.core.losses import edac_diversity, td_target
-from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleMLP, mlp
+from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleLinear, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
@@ -169,7 +169,20 @@ class SACConfig(EncoderFields):
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
 
 
-class Actor(nn.Module):
+class SACActor(nn.Module):
+    """What SAC needs of an actor: SAC's own tanh-Gaussian ``Actor`` or one given to it (SAC-Flow's ``FlowActor``).
+    Features ``obs [B,F]`` in, actions in [-1, 1] out."""
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a [B,A], log pi(a|s) [B])`` with gradient."""
+        raise NotImplementedError
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``[B,A]``."""
+        raise NotImplementedError
+
+
+class Actor(SACActor):
     """Tanh-Gaussian policy: an MLP gives mean and clamped log-std of ``u``; ``a = tanh(u)``. Its input is
     ``in_dim`` features (default: the flat observation, ``spec.obs_dim``)."""
 
@@ -185,7 +198,8 @@ class Actor(nn.Module):
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-        return tanh_normal_sample(*self(obs), generator)
+        mean, log_std = self(obs)  # [B,A] each
+        return tanh_normal_sample(mean, log_std, generator)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self(obs)[0])
@@ -203,7 +217,7 @@ def edac_init_(critic: EnsembleMLP, actor_linears: list[nn.Linear]) -> None:
     critic output layer U(-3e-3, 3e-3), actor output layer U(-1e-3, 1e-3) (draws from the global generator, as
     the layers' default initialisation does)."""
     with torch.no_grad():
-        *hidden, last = critic.layers
+        *hidden, last = [cast(EnsembleLinear, m) for m in critic.layers]
         for layer in hidden:
             layer.bias.fill_(0.1)
         last.weight.uniform_(-3e-3, 3e-3)
@@ -224,7 +238,7 @@ class SAC:
     name = "sac"
 
     def __init__(self, config: SACConfig, spec: EnvSpec, device: torch.device | str = "cpu",
-                 generator: torch.Generator | None = None, actor: nn.Module | None = None):
+                 generator: torch.Generator | None = None, actor: SACActor | None = None):
         if spec.discrete:
             raise ValueError(f"SAC needs continuous actions; {spec.env_id} has discrete actions")
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -287,12 +301,17 @@ class SAC:
 
     def encode(self, obs: Obs) -> torch.Tensor:
         """Features ``[B,F]`` of observations for actor and critics; flat ``[B,O]`` observations as they are."""
-        return obs if self.encoder is None else self.encoder(obs)
+        if self.encoder is None:
+            assert isinstance(obs, torch.Tensor)  # no encoder: a flat spec, plain-tensor observations
+            return obs
+        return self.encoder(obs)
 
     def features(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
         """``(phi(s) [B,F], phi(s') [B,F])`` for one update: image parts shifted (``drq_pad``), phi(s) with
         gradient into the encoder, phi(s') without (the target). Flat batches: ``(obs, next_obs)`` as they are."""
         if self.encoder is None:
+            # no encoder: a flat spec, plain-tensor observations
+            assert isinstance(batch.obs, torch.Tensor) and isinstance(batch.next_obs, torch.Tensor)
             return batch.obs, batch.next_obs
         obs, next_obs = self._augment(batch.obs), self._augment(batch.next_obs)
         with torch.no_grad():
@@ -350,6 +369,7 @@ class SAC:
             q_all = self.q(self.critic, torch.cat([f, f_next]), torch.cat([batch.action, next_a]))  # [E,2B]
             q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
         else:
+            assert self.critic_target is not None  # a target network unless CrossQ
             with torch.no_grad():
                 q_next = self.q(self.critic_target, f_next, next_a)  # [E,B]
             if c.edac_eta > 0:
@@ -384,11 +404,14 @@ class SAC:
         """One actor and temperature step; ``sample`` = (a [B,A], log pi(a|s) [B]) with gradient, if drawn;
         ``feats`` = the batch's features phi(s) [B,F] without gradient, if already computed."""
         c = self.config
-        if feats is None and self.encoder is None:
-            feats = batch.obs  # [B,O]
-        elif feats is None:
-            with torch.no_grad():
-                feats = self.encoder(self._augment(batch.obs))  # [B,F]
+        if feats is None:
+            if self.encoder is None:
+                assert isinstance(batch.obs, torch.Tensor)  # no encoder: a flat spec, plain-tensor observations
+                feats = batch.obs  # [B,O]
+            else:
+                with torch.no_grad():
+                    feats = self.encoder(self._augment(batch.obs))  # [B,F]
+        assert feats is not None  # set above (the checker sees torch.no_grad as possibly swallowing an exception)
         a, logp = sample if sample is not None else self.actor.sample(feats, self.gen)  # [B,A], [B]
         if c.crossq:
             self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
@@ -448,8 +471,9 @@ class SAC:
         for b in batches:
             info = self.update_critic(b)
         full = batches[0] if len(batches) == 1 else Transition(
-            *(obs_cat([getattr(b, f) for b in batches]) for f in ("obs", "action", "reward", "next_obs", "terminated",
-                                                                     "truncated")))
+            obs_cat([b.obs for b in batches]), torch.cat([b.action for b in batches]),
+            torch.cat([b.reward for b in batches]), obs_cat([b.next_obs for b in batches]),
+            torch.cat([b.terminated for b in batches]), torch.cat([b.truncated for b in batches]))
         info.update(self.update_actor(full))
         return info
 

@@ -55,13 +55,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 import torch
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.algos.sac import SAC, SACConfig
+from ctrl_rl.algos.sac import SAC, SACActor, SACConfig
 from ctrl_rl.core.distributions import tanh_log_det
 from ctrl_rl.core.nets import BatchRenorm, mlp
 from ctrl_rl.core.types import Transition
@@ -166,6 +166,8 @@ class VelocityField(Protocol):
 class SinusoidalTime(nn.Module):
     """``t [B,1]`` -> sin/cos features (``dim``) -> Dense(2 dim) -> swish -> Dense(dim): Flow-G's time embedding."""
 
+    freq: torch.Tensor  # a buffer (register_buffer)
+
     def __init__(self, dim: int):
         super().__init__()
         half = dim // 2
@@ -188,8 +190,10 @@ class GatedVelocity(nn.Module):
         self.norm = _input_norm(obs_dim + action_dim, cfg)
         self.time = SinusoidalTime(cfg.time_embed_dim)
         self.gate = mlp(in_dim, (cfg.flow_hidden,), action_dim, "silu")
-        nn.init.zeros_(self.gate[-1].weight)
-        nn.init.constant_(self.gate[-1].bias, cfg.gate_bias)
+        gate_out = self.gate[-1]
+        assert isinstance(gate_out, nn.Linear)  # mlp ends in its output Linear
+        nn.init.zeros_(gate_out.weight)
+        nn.init.constant_(gate_out.bias, cfg.gate_bias)
         self.cand = mlp(in_dim, (cfg.flow_hidden,), action_dim, "silu")
         self.noise = mlp(obs_dim, cfg.noise_hidden, action_dim, "relu")
         self.log_std_range = (cfg.noise_log_std_min, cfg.noise_log_std_max)
@@ -263,7 +267,7 @@ class DecodedVelocity(nn.Module):
     def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
         """Each block's cross-attention output for the obs token, ``[n_layers,B,D]`` (the same at every step)."""
         tok = self.obs_enc(self.obs_norm(obs))  # [B,D] obs token
-        return torch.stack([block.cross_attn(tok) for block in self.blocks])  # [n_layers,B,D]
+        return torch.stack([cast(DecoderBlock, block).cross_attn(tok) for block in self.blocks])  # [n_layers,B,D]
 
     def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -295,14 +299,14 @@ class NaiveVelocity(nn.Module):
         return mean, squash_log_std(h, *self.log_std_range)
 
 
-class FlowActor(nn.Module):
+class FlowActor(SACActor):
     """K-step noise-augmented flow policy around a velocity field (a ``VelocityField`` module); SAC's actor
     interface (``sample``, ``mode``).
 
     ``sample`` draws all its noise in one call, ``[K+1,B,A]``: row 0 is A_0, row i+1 is eps_i.
     """
 
-    def __init__(self, field: nn.Module, action_dim: int, steps: int):
+    def __init__(self, field: VelocityField, action_dim: int, steps: int):
         super().__init__()
         self.field, self.action_dim, self.steps = field, action_dim, steps
 
@@ -404,6 +408,8 @@ def flow_matching_loss(actor: FlowActor, obs: torch.Tensor, action: torch.Tensor
 def pretrain_step(algo: SACFlow, buffer: TransitionSource, batch_size: int) -> dict[str, torch.Tensor]:
     """One flow-matching gradient step of the actor (its optimizer) on a batch from ``buffer``."""
     batch = buffer.sample(batch_size, algo.gen)
+    assert isinstance(algo.actor, FlowActor)  # SACFlow's actor
+    assert isinstance(batch.obs, torch.Tensor)  # SACFlow takes flat (plain-tensor) observations
     loss = flow_matching_loss(algo.actor, batch.obs, batch.action, algo.gen)
     algo.actor_opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -418,6 +424,7 @@ def o2o_actor_loss(algo: SACFlow, batch: Transition, alpha_reg: float = 100.0
     The squared error is averaged over batch and action dims (as in the paper's code); the critic ensemble is
     averaged (docs/algorithms/sac_flow.md). CrossQ critics are evaluated on running statistics, as in SAC's actor step.
     """
+    assert isinstance(batch.obs, torch.Tensor)  # SACFlow takes flat (plain-tensor) observations
     a, logp = algo.actor.sample(batch.obs, algo.gen)  # [B,A], [B]
     if algo.config.crossq:
         algo.critic.eval()

@@ -63,9 +63,12 @@ class EncoderConfig:
 class _HasEncoderFields(Protocol):
     """The flat fields an ``EncoderFields`` config declares (as dataclass fields of its own)."""
 
-    cnn_channels: int
-    cnn_layers: int
-    image_features: int
+    @property
+    def cnn_channels(self) -> int: ...
+    @property
+    def cnn_layers(self) -> int: ...
+    @property
+    def image_features(self) -> int: ...
 
 
 class EncoderFields:

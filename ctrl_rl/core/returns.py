@@ -6,7 +6,7 @@ tests/core/test_returns.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -170,11 +170,11 @@ def discounted_returns(
 
 # torch's fused multi-tensor lerp has no public name (torch.optim calls it the same way) and torch's stubs do not
 # export it, so it is looked up once here with its signature spelled out: the same function object as before.
-_foreach_lerp_: Callable[[list[torch.Tensor], list[torch.Tensor], float], None] = vars(torch)["_foreach_lerp_"]
+_foreach_lerp_: Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor], float], None] = vars(torch)["_foreach_lerp_"]
 
 
 @torch.no_grad()
-def polyak_(target: list[torch.Tensor], source: list[torch.Tensor], tau: float) -> None:
+def polyak_(target: Sequence[torch.Tensor], source: Sequence[torch.Tensor], tau: float) -> None:
     """In place ``target <- (1 - tau) * target + tau * source`` for lists of tensors (fused lerp)."""
     _foreach_lerp_(target, source, tau)
 
