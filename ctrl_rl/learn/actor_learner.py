@@ -28,6 +28,7 @@ the rest. When none is left, or none delivered a segment within ``--actor-timeou
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 import queue
@@ -35,11 +36,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_cat, obs_map, obs_to
+from ctrl_rl.core.protocols import ActorWeights, Algorithm, OnPolicySampling
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.core.workers import stop_processes
 from ctrl_rl.errors import UserInputError
@@ -60,6 +63,21 @@ def _fault_after(rank: int) -> int | None:
         return None
     who, n = fault.split(":")
     return int(n) if who in ("*", str(rank)) else None
+
+
+@runtime_checkable
+class ActorLearnerAlgorithm(Algorithm, OnPolicySampling, ActorWeights, Protocol):
+    """What the actor-learner loop needs of an algorithm: the contract, sampled actions with their log-probabilities
+    (the actors) and the policy weights the learner sends them."""
+
+
+def make_algorithm(algo_name: str, cfg, spec, device: torch.device, gen: torch.Generator) -> ActorLearnerAlgorithm:
+    """The registry entry's algorithm, checked to have what this loop needs (``ActorLearnerAlgorithm``)."""
+    algo = registry.get(algo_name).make(cfg, spec, device, gen)
+    if not isinstance(algo, ActorLearnerAlgorithm):
+        raise TypeError(f"{algo_name} runs in the actor-learner loop but has no sample, policy_state and "
+                        "load_policy_state")
+    return algo
 
 
 class ActorsLost(RuntimeError):
@@ -95,13 +113,14 @@ class Actor:
     """One actor: ``num_envs`` envs, its own copy of the policy (built through the registry) and generator."""
 
     def __init__(self, algo_name: str, cfg, run: RunConfig, rank: int):
-        entry = registry.get(algo_name)
+        loop = run.loop
+        assert isinstance(loop, ActorLearnerLoopConfig)  # the actor-learner regime's loop config (ensure_loop)
         self.rank = rank
         self.seed = run.seed + 1_000_003 * (rank + 1)
         self.env = build_env(run, run.num_envs, self.seed, getattr(cfg, "gamma", 0.99))
         self.gen = torch.Generator().manual_seed(self.seed)
-        self.policy = entry.make(cfg, self.env.spec, torch.device("cpu"), self.gen)
-        self.storage = RolloutStorage(run.loop.unroll, run.num_envs, self.env.spec, torch.device("cpu"))
+        self.policy = make_algorithm(algo_name, cfg, self.env.spec, torch.device("cpu"), self.gen)
+        self.storage = RolloutStorage(loop.unroll, run.num_envs, self.env.spec, torch.device("cpu"))
         self.obs = self.env.reset(seed=self.seed)
         self.version = -1
 
@@ -141,7 +160,9 @@ class Actor:
 # ------------------------------------------------------------------------------------------------ backends
 class InProcessBackend:
     def __init__(self, algo_name: str, cfg, run: RunConfig):
-        self.actors = [Actor(algo_name, cfg, run, k) for k in range(run.loop.actors)]
+        loop = run.loop
+        assert isinstance(loop, ActorLearnerLoopConfig)  # the actor-learner regime's loop config (ensure_loop)
+        self.actors = [Actor(algo_name, cfg, run, k) for k in range(loop.actors)]
         self.next = 0
         self.lost: list[str] = []
 
@@ -234,14 +255,16 @@ class ProcessBackend(_Unresumable):
     def __init__(self, algo_name: str, cfg, run: RunConfig, weights: dict):
         import torch.multiprocessing as mp
 
+        loop = run.loop
+        assert isinstance(loop, ActorLearnerLoopConfig)  # the actor-learner regime's loop config (ensure_loop)
         ctx = mp.get_context("spawn")
-        K = run.loop.actors
+        K = loop.actors
         self.shared = {k: v.detach().clone().cpu().share_memory_() for k, v in weights.items()}
         self.version = ctx.Value("q", -1)
         self.lock = ctx.Lock()
         self.queue = ctx.Queue(maxsize=2 * K)
         self.stop = ctx.Event()
-        self.timeout = run.loop.actor_timeout
+        self.timeout = loop.actor_timeout
         self.procs = [ctx.Process(target=_worker_main, args=(k, algo_name, cfg, run, self.shared, self.version,
                                                               self.lock, self.queue, self.stop), daemon=True)
                       for k in range(K)]
@@ -298,19 +321,25 @@ class ProcessBackend(_Unresumable):
 
 class RayBackend(_Unresumable):
     def __init__(self, algo_name: str, cfg, run: RunConfig):
+        loop = run.loop
+        assert isinstance(loop, ActorLearnerLoopConfig)  # the actor-learner regime's loop config (ensure_loop)
         try:
             import ray
+            from ray.exceptions import RayActorError, RayTaskError
         except ImportError:
             raise UserInputError("--backend ray needs the ray package: expected it installed "
                                  "(pip install 'ctrl-rl[ray]')") from None
         self.ray = ray
+        self.actor_errors = (RayActorError, RayTaskError)
         if not ray.is_initialized():
-            kw = {"address": run.loop.ray_address} if run.loop.ray_address else {"num_cpus": max(2, run.loop.actors)}
-            ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kw)
+            kw: dict[str, Any] = ({"address": loop.ray_address} if loop.ray_address
+                                  else {"num_cpus": max(2, loop.actors)})
+            # logging.ERROR: what ray makes of "ERROR" (its init is typed for the int level)
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, **kw)
         remote_actor = ray.remote(num_cpus=0.5)(_RayActor)
-        self.actors = {k: remote_actor.remote(algo_name, cfg, run, k) for k in range(run.loop.actors)}
+        self.actors = {k: remote_actor.remote(algo_name, cfg, run, k) for k in range(loop.actors)}
         self.pending: dict = {}
-        self.timeout = run.loop.actor_timeout
+        self.timeout = loop.actor_timeout
         self.lost: list[str] = []
         self.weights_ref = None
 
@@ -346,13 +375,14 @@ class RayBackend(_Unresumable):
             k = self.pending.pop(ref)
             try:
                 out.append(ray.get(ref))
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            except self.actor_errors as e:
                 self._drop(k, type(e).__name__)
         return out
 
     def close(self) -> None:
         for a in self.actors.values():
-            self.ray.kill(a)
+            # ray types a handle as ActorProxy (ActorHandle | type[_RayActor]), which its own kill() does not accept
+            self.ray.kill(a)  # pyright: ignore[reportArgumentType]
         self.actors.clear()
 
 
@@ -378,7 +408,9 @@ class _RayActor:
 
 
 def make_backend(algo_name: str, cfg, run: RunConfig, weights: dict):
-    kind = run.loop.backend
+    loop = run.loop
+    assert isinstance(loop, ActorLearnerLoopConfig)  # the actor-learner regime's loop config (ensure_loop)
+    kind = loop.backend
     if kind == "inprocess":
         return InProcessBackend(algo_name, cfg, run)
     if kind == "process":
@@ -395,7 +427,7 @@ def train_actor_learner(run: RunConfig, algo_name: str, cfg, run_dir: Path, resu
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
         gen = ctx.seed(run.seed)
         spec = probe_spec(run)
-        algo = entry.make(cfg, spec, ctx.device, gen)
+        algo = make_algorithm(algo_name, cfg, spec, ctx.device, gen)
         update, step, last_return, lag_over = 0, 0, float("nan"), 0
         if ctx.checkpoint is not None:
             load_state(algo, ctx.checkpoint["algo_state"], "networks", ctx.ck_dir / "latest.pt")
@@ -415,9 +447,10 @@ def train_actor_learner(run: RunConfig, algo_name: str, cfg, run_dir: Path, resu
             backend.close()
 
 
-def _run(ctx: RunContext, run: RunConfig, algo, backend, update: int, step: int, last_return: float,
-         lag_over: int, max_iterations: int | None) -> TrainResult:
+def _run(ctx: RunContext, run: RunConfig, algo: ActorLearnerAlgorithm, backend, update: int, step: int,
+         last_return: float, lag_over: int, max_iterations: int | None) -> TrainResult:
     loop = run.loop
+    assert isinstance(loop, ActorLearnerLoopConfig)  # train_actor_learner ran ensure_loop
     per_update = loop.segments_per_update * loop.unroll * run.num_envs
     updates = math.ceil(run.total_steps / per_update)
     ctx.start(updates * per_update, step, f"{ctx.algo_name} {run.env} ({loop.backend}, {loop.actors} actors)")
@@ -434,8 +467,9 @@ def _run(ctx: RunContext, run: RunConfig, algo, backend, update: int, step: int,
     while update < updates and (max_iterations is None or done_now < max_iterations):
         got = backend.segments(loop.segments_per_update)
         batch = cat_segments([g.segment for g in got])
-        batch = Rollout(obs_to(batch.obs, ctx.device), *(x.to(ctx.device) for x in (batch.action, batch.logp,
-                        batch.reward, batch.terminated, batch.truncated)), obs_to(batch.final_obs, ctx.device))
+        dev = lambda x: x.to(ctx.device)  # noqa: E731
+        batch = Rollout(obs_to(batch.obs, ctx.device), dev(batch.action), dev(batch.logp), dev(batch.reward),
+                        dev(batch.terminated), dev(batch.truncated), obs_to(batch.final_obs, ctx.device))
         lag = [update - g.version for g in got]
         lags += lag
         over = sum(x > loop.max_policy_lag for x in lag)

@@ -31,7 +31,7 @@ import os
 import random
 import re
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import torch
@@ -50,7 +50,9 @@ _CHUNK = 1 << 20
 
 def global_rng_state() -> dict:
     """Python, NumPy and torch global RNG states, in a weights_only-loadable form."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = np.random.get_state()
+    assert isinstance(state, tuple)  # the global RandomState is an MT19937: its legacy state is the tuple
+    kind, keys, pos, has_gauss, gauss = state
     py = random.getstate()
     return {
         "python": [py[0], list(py[1]), py[2]],
@@ -158,7 +160,7 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
         with open(tmp, "wb") as f:
             f.write(b"\0" * _HEADER_LEN)  # placeholder, filled in once the archive's digest is known
             w = _HashingWriter(f)
-            torch.save(data, w)
+            torch.save(data, cast(BinaryIO, w))  # torch types f as IO[bytes]; it calls only write and flush
             f.seek(0)
             f.write(_header(w.sha.hexdigest(), w.size))
             f.flush()

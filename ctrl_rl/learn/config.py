@@ -464,7 +464,7 @@ def from_dict(cls: type, data: dict, what: str = "config") -> Any:
 
 def _convert(tp: Any, v: Any, what: str) -> Any:
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp) and isinstance(v, dict):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(v, dict):
         return from_dict(tp, v, what)
     if origin is tuple and isinstance(v, (list, tuple)):
         return tuple(v)

@@ -109,7 +109,9 @@ def load_policy(path: str, device: str = "cpu", env: str | None = None, seed: in
     setup_device(device, 0)
     ck_path = find_checkpoint(path)
     ck = load_checkpoint(ck_path)
-    saved = ck.get("config") if isinstance(ck.get("config"), dict) else {}
+    saved = ck.get("config")
+    if not isinstance(saved, dict):
+        saved = {}
     entry, run, cfg = parse_saved({"algo": ck.get("algo"), "run": saved.get("run"), "config": saved.get("algo")},
                                   f"checkpoint {str(ck_path)!r}")
     if not get_regime(entry.regime).has_policy:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +46,7 @@ from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from ctrl_rl.learn.config import (
     FlatRolloutsLoopConfig,
+    ModelBasedLoopConfig,
     RunConfig,
     TapeRolloutsLoopConfig,
     WorldModelLoopConfig,
@@ -90,7 +92,10 @@ def task_of(env_id: str) -> str:
 
 def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: torch.device) -> dict[str, torch.Tensor]:
     """The dataset's transitions with a valid next observation, as the tensors ``fit`` takes."""
+    assert run.dataset is not None  # train_dynamics refused a run without --dataset
     buf = to_replay(open_dataset(run.dataset, spec, clip_actions), device)
+    # the model's data: flat observations of spec.obs_dim (open_dataset checked the sizes)
+    assert isinstance(buf.obs, torch.Tensor) and isinstance(buf.next_obs, torch.Tensor)
     n = len(buf)
     return {"obs": buf.obs[:n], "act": buf.action[:n], "next_obs": buf.next_obs[:n], "reward": buf.reward[:n],
             "terminated": buf.terminated[:n]}
@@ -102,6 +107,8 @@ def train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: b
     too), early stopping as ``cfg`` says. A resumed run that had not finished fits again from the start."""
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
+    loop = run.loop
+    assert isinstance(loop, WorldModelLoopConfig)  # ensure_loop: the world-model regime's loop config
     if run.dataset is None:
         raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected the offline data the "
                              "model is fitted on")
@@ -115,9 +122,12 @@ def train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: b
             model = load_model(ctx.run_dir, spec, run.env, ctx.device)
             return TrainResult(ctx.run_dir, ctx.counters["step"], ctx.counters["step"], float("nan"), ctx.wall_time(),
                                model)
-        data = dataset_arrays(run, spec, run.loop.clip_actions, ctx.device)
+        data = dataset_arrays(run, spec, loop.clip_actions, ctx.device)
         gen = ctx.seed(run.seed)
         model = entry.make(cfg, spec, ctx.device, gen)
+        if not isinstance(model, EnsembleDynamics):
+            raise TypeError(f"{algo_name} runs in the world-model loop but builds a {type(model).__name__}: expected "
+                            "an EnsembleDynamics")
         ctx.start(max_epochs, 0, f"dynamics {Path(run.dataset).name}", unit="ep")
         t0 = time.time()
 
@@ -187,28 +197,32 @@ def termination_for(env_id: str, model: EnsembleDynamics):
 
 
 def model_source(run: RunConfig, algo_name: str, run_dir: Path, max_iterations: int | None,
-                 dyn_overrides: dict | None = None) -> str | Path | None:
+                 dyn_overrides: Mapping[str, Any] | None = None) -> str | Path | None:
     """Where a model-based run's model comes from: ``--model`` (a run directory, or ``true``), else a model fitted
     first (``fit_first``); None when ``max_iterations`` stopped that fit. Checks that ``--dataset`` is given."""
     if run.dataset is None:
         raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected the offline data its "
                              "model rollouts start from")
-    if run.loop.model is not None:
-        return run.loop.model
+    loop = run.loop
+    assert isinstance(loop, ModelBasedLoopConfig)  # ensure_loop: the model-based regime's loop config
+    if loop.model is not None:
+        return loop.model
     return fit_first(run, run_dir, max_iterations, dyn_overrides)
 
 
 def fit_first(run: RunConfig, run_dir: Path, max_iterations: int | None,
-              dyn_overrides: dict | None = None) -> Path | None:
+              dyn_overrides: Mapping[str, Any] | None = None) -> Path | None:
     """Fit the model in ``RUN_DIR/dynamics`` with the ``dynamics`` defaults (and ``dyn_overrides``, e.g. NeuBay's
     LayerNorm ensemble) unless it is there; returns its directory, or None when ``max_iterations`` stopped the fit."""
+    loop = run.loop
+    assert isinstance(loop, ModelBasedLoopConfig)  # ensure_loop: the model-based regime's loop config
     entry = model_entry()
     model_dir = Path(run_dir) / entry.name
     if (model_dir / MODEL_FILE).is_file():
         return model_dir
     dyn_run = dataclasses.replace(run, run_dir=str(model_dir), resume=None, log_every=1, checkpoint_every=1,
                                   eval_every=0, total_steps=entry.run_defaults.get("total_steps", 2000),
-                                  loop=WorldModelLoopConfig(clip_actions=run.loop.clip_actions))
+                                  loop=WorldModelLoopConfig(clip_actions=loop.clip_actions))
     resume = (model_dir / "checkpoints" / "latest.pt").is_file()
     print(f"fitting the dynamics model first: {model_dir} (reuse it with --model {model_dir})")
     train_dynamics(dyn_run, entry.name, entry.default_config(**(dyn_overrides or {})), model_dir, resume,
@@ -272,8 +286,10 @@ class FlatRollouts:
 
     def __init__(self, run: RunConfig, loop: FlatRolloutsLoopConfig, spec, model_dir: str | Path,
                  device: torch.device):
+        assert run.dataset is not None  # model_source refused a run without --dataset
         ds = open_dataset(run.dataset, spec, loop.clip_actions)
         real = to_replay(ds, device)
+        assert isinstance(real.obs, torch.Tensor)  # the model's data: flat observations of spec.obs_dim
         starts = real.obs[: len(real)]  # [S,O] states with a valid next state
         cap = loop.rollout_starts * loop.rollout_length * loop.retain_rounds
         check_memory(cap * 4 * (2 * spec.obs_dim + spec.action_dim + 3), f"the model buffer of {cap:,} transitions",
@@ -330,6 +346,7 @@ class TapeRollouts:
             raise UserInputError(f"env {run.env!r} has no time limit: expected --horizon N, the steps after which an "
                                  "imagined episode is truncated")
         model = load_model(model_dir, spec, run.env, device)
+        assert run.dataset is not None  # model_source refused a run without --dataset
         ds = load_dataset(run.dataset, view="trajectory", obs_dim=spec.obs_dim, action_dim=spec.action_dim)
         if loop.clip_actions is not None:
             ds.action.clamp_(-loop.clip_actions, loop.clip_actions)
@@ -404,6 +421,7 @@ def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume
     model_dir = model_source(run, algo_name, run_dir, max_iterations, entry.model_defaults)
     if model_dir is None:
         return TrainResult(Path(run_dir), 0, 0, float("nan"), 0.0, None)
+    assert run.dataset is not None  # model_source refused a run without --dataset
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
         spec = env_spec(run, algo_name, entry.continuous_only)
         # the data side first (dataset, model, buffer), then the seeded agent

@@ -47,6 +47,7 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
     if not isinstance(run.loop, OfflineLoopConfig):  # an offline pre-training phase brings its own
         run = ensure_loop(entry, run)
     loop = run.loop
+    assert isinstance(loop, OfflineLoopConfig)  # ensure_loop: the offline regime's loop config
     if run.dataset is None:
         raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl "
                              ".hdf5 file, a generated dataset id or a Minari dataset id")

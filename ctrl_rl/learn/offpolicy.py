@@ -59,6 +59,7 @@ def load_init(algo, state: dict, path: str, env_id: str) -> None:
 def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
     """The offline replay of ``--dataset`` (actions clipped to the loop's ``clip_actions``), or None."""
     loop = run.loop
+    assert isinstance(loop, OffPolicyLoopConfig)  # the off-policy regime's loop config (ensure_loop)
     if run.dataset is None:
         if loop.offline_ratio:
             raise UserInputError(f"--offline-ratio {loop.offline_ratio} needs --dataset PATH_OR_ID: "
@@ -102,6 +103,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
     loop = run.loop
+    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop: the off-policy regime's loop config
     if entry.requires_init and loop.init is None:
         raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: "
                              "expected a run of one of "
@@ -148,6 +150,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
 
 def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline, max_iterations) -> TrainResult:
     loop, gen, device = run.loop, ctx.gen, ctx.device
+    assert isinstance(loop, OffPolicyLoopConfig)  # train_offpolicy ran ensure_loop
     N, A = run.num_envs, env.spec.action_dim
     sampler = (buffer if offline is None or loop.offline_ratio == 0
                else MixedSampler(buffer, offline, loop.offline_ratio))

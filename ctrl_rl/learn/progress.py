@@ -110,14 +110,14 @@ def progress_bar(enabled: bool, total: int, initial: int, desc: str, unit: str =
     printing a line every ``interval`` seconds (default ``$CTRL_RL_PROGRESS_INTERVAL`` or 30) and at close."""
     if not enabled:
         return None
-    stream = stream if stream is not None else sys.stderr
+    out: TextIO = stream if stream is not None else sys.stderr
     try:
-        tty = stream.isatty()
+        tty = out.isatty()
     except (AttributeError, ValueError):
         tty = False
     if tty:
         from tqdm import tqdm
 
         return tqdm(total=total, initial=initial, unit=unit, unit_scale=True, dynamic_ncols=True, desc=desc,
-                    mininterval=0.5, file=stream)
-    return PlainProgress(total, initial, desc, unit, stream, interval)
+                    mininterval=0.5, file=out)
+    return PlainProgress(total, initial, desc, unit, out, interval)
