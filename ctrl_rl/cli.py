@@ -37,8 +37,10 @@ import ctrl_rl.core.perf  # noqa: F401  (first: the thread governor's first wind
 from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.learn.config import RunConfig
 
+assert __doc__ is not None  # the module docstring holds the usage text
 USAGE = __doc__.split("\n\n")[1]
 C = TypeVar("C")
+T = TypeVar("T")
 
 L = TypeVar("L")
 
@@ -114,7 +116,7 @@ def _check_flags(args: list[str], valid: set[str], command: str) -> None:
                                      f"`{command} --help` for the flags it takes")
 
 
-def _tyro_parse(cls, args: list[str], default, prog: str):
+def _tyro_parse(cls: type[T], args: list[str], default: T, prog: str) -> T:
     """Run tyro, turning its boxed error into one sentence (UserInputError) and passing --help through.
 
     tyro draws its error in a box as wide as the terminal (80 columns when piped) and wraps the message
@@ -123,7 +125,7 @@ def _tyro_parse(cls, args: list[str], default, prog: str):
     one line of the box and becomes the sentence whole; --help keeps the real width."""
     import os
 
-    def parse(columns: str | None):
+    def parse(columns: str | None) -> tuple[T, None, str] | tuple[None, SystemExit, str]:
         out, err = io.StringIO(), io.StringIO()
         saved = os.environ.get("COLUMNS")
         if columns is not None:
@@ -140,9 +142,10 @@ def _tyro_parse(cls, args: list[str], default, prog: str):
                 else:
                     os.environ["COLUMNS"] = saved
 
-    value, exit_, text = parse(None)
-    if exit_ is None:
-        return value
+    first = parse(None)
+    if first[1] is None:
+        return first[0]
+    _, exit_, text = first
     if exit_.code in (0, None):  # --help: tyro's text as the user's terminal shows it
         sys.stdout.write(text)
         raise exit_
@@ -232,6 +235,7 @@ def cmd_train(args: list[str]) -> int:
         if parsed.run.total_steps < done:
             raise UserInputError(f"--total-steps {parsed.run.total_steps} is below the {done} steps {resume_dir!r} has "
                                  f"already done: expected --total-steps >= {done}")
+        assert run0.loop is not None  # a saved run's config is built with its loop config (build_run)
         overridable = RESUME_LOOP & {f.name for f in dataclasses.fields(run0.loop)}
         loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in overridable})
         run = dataclasses.replace(run0, **{k: getattr(parsed.run, k) for k in RESUME_RUN if k != "resume"},
@@ -265,10 +269,10 @@ def cmd_train(args: list[str]) -> int:
     run, cfg = dataclasses.replace(parsed.run, loop=parsed.loop), parsed.algo
     if run.dataset is not None and "env" not in _given(rest) and "env" not in run_defaults:
         run = dataclasses.replace(run, env=_env_of_dataset(run.dataset))
-    if run.scale_envs > 1 and entry.scale_envs is None:
-        raise UserInputError("--scale-envs applies to algorithms with a co-scaling rule (ppo): "
-                             f"expected no --scale-envs for {algo!r}")
     if run.scale_envs > 1:
+        if entry.scale_envs is None:
+            raise UserInputError("--scale-envs applies to algorithms with a co-scaling rule (ppo): "
+                                 f"expected no --scale-envs for {algo!r}")
         n, cfg = entry.scale_envs(run.num_envs, cfg, run.scale_envs)
         run = dataclasses.replace(run, num_envs=n, scale_envs=1)
     if run.run_dir is not None:

@@ -170,7 +170,7 @@ def ensemble_forward(net: EnsembleMLP, x: torch.Tensor, members: torch.Tensor) -
     M, last = members.numel(), len(net.layers) - 1
     h = x.unsqueeze(0).expand(M, *x.shape)  # [M,B,in]
     for i, module in enumerate(net.layers):
-        layer = cast(EnsembleLinear, module)
+        layer = cast(EnsembleLinear, module)  # an EnsembleMLP's layers (ModuleList items are typed Module)
         h = torch.baddbmm(layer.bias.index_select(0, members), h, layer.weight.index_select(0, members))  # [M,B,h]
         if i < last:
             if net.norm_scale is not None and net.norm_shift is not None:  # both set together (layer_norm)

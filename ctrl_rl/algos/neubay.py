@@ -192,7 +192,7 @@ class CriticHeads(nn.Module):
         self.ln_shift = nn.ParameterList(nn.Parameter(torch.zeros(members, 1, h)) for h in hidden)
         with torch.no_grad():
             bound = math.sqrt(out_scale / dims[-2])
-            out = cast(EnsembleLinear, self.layers[-1])
+            out = cast(EnsembleLinear, self.layers[-1])  # built above (ModuleList items are typed Module)
             out.weight.uniform_(-bound, bound)
             out.bias.zero_()
 

@@ -217,7 +217,7 @@ def edac_init_(critic: EnsembleMLP, actor_linears: list[nn.Linear]) -> None:
     critic output layer U(-3e-3, 3e-3), actor output layer U(-1e-3, 1e-3) (draws from the global generator, as
     the layers' default initialisation does)."""
     with torch.no_grad():
-        *hidden, last = [cast(EnsembleLinear, m) for m in critic.layers]
+        *hidden, last = [cast(EnsembleLinear, m) for m in critic.layers]  # ModuleList items are typed Module
         for layer in hidden:
             layer.bias.fill_(0.1)
         last.weight.uniform_(-3e-3, 3e-3)

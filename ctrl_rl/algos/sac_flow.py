@@ -267,6 +267,7 @@ class DecodedVelocity(nn.Module):
     def context(self, obs: torch.Tensor, noise: bool = True) -> torch.Tensor:
         """Each block's cross-attention output for the obs token, ``[n_layers,B,D]`` (the same at every step)."""
         tok = self.obs_enc(self.obs_norm(obs))  # [B,D] obs token
+        # self.blocks holds DecoderBlocks (ModuleList items are typed Module)
         return torch.stack([cast(DecoderBlock, block).cross_attn(tok) for block in self.blocks])  # [n_layers,B,D]
 
     def forward(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, t: torch.Tensor
