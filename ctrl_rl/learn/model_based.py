@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.core.protocols import Recurrent
+from ctrl_rl.core.protocols import Algorithm, Recurrent
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from ctrl_rl.learn.config import (
@@ -428,6 +428,9 @@ def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume
         collector: Collector = COLLECTORS[type(run.loop)](run, run.loop, spec, model_dir, ctx.device)
         gen = ctx.seed(run.seed)
         algo = entry.make(cfg, spec, ctx.device, gen)
+        if not isinstance(algo, Algorithm):
+            raise TypeError(f"{algo_name} runs in the model-based loop but builds a {type(algo).__name__}, "
+                            "not an Algorithm")
         collector.bind(algo)
         step, last_return = 0, float("nan")
         if ctx.checkpoint is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ctrl_rl.algos import registry
-from ctrl_rl.core.protocols import Scheduled
+from ctrl_rl.core.protocols import Algorithm, Scheduled
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
@@ -62,6 +62,9 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
         del ds
         gen = ctx.seed(run.seed)
         algo = entry.make(cfg, spec, ctx.device, gen)
+        if not isinstance(algo, Algorithm):
+            raise TypeError(f"{algo_name} runs in the offline loop but builds a {type(algo).__name__}, "
+                            "not an Algorithm")
         total = run.total_steps
         step, last_return = 0, float("nan")
         if ctx.checkpoint is not None:
@@ -85,7 +88,7 @@ class Rounds(Protocol):
         ...
 
 
-def run_updates(ctx: RunContext, algo, update, step: int, last_return: float, record: dict,
+def run_updates(ctx: RunContext, algo: Algorithm, update, step: int, last_return: float, record: dict,
                 max_iterations: int | None, rounds: Rounds | None = None) -> TrainResult:
     """Gradient steps ``update()`` from ``step`` to ``run.total_steps`` with logging, evaluation in the real env
     and checkpoints (the offline loop's body; the model-based loop adds its collector as ``rounds``). A

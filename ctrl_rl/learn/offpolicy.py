@@ -28,6 +28,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
+from ctrl_rl.core.protocols import Algorithm
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import read_init, with_network_shape
 from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, ensure_loop
@@ -46,7 +47,7 @@ from ctrl_rl.storage.datasets import open_dataset, to_replay
 from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
 
 
-def load_init(algo, state: dict, path: str, env_id: str) -> None:
+def load_init(algo: Algorithm, state: dict, path: str, env_id: str) -> None:
     """Load a pre-trained state into ``algo``, keeping ``algo``'s own generator state."""
     try:
         algo.load_state_dict({**state, "gen": algo.gen.get_state()})
@@ -136,6 +137,9 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
             ctx.cfg = cfg
             offline = open_offline_data(entry, run, env.spec, ctx.device)
             algo = entry.make(cfg, env.spec, ctx.device, gen)
+            if not isinstance(algo, Algorithm):
+                raise TypeError(f"{algo_name} runs in the off-policy loop but builds a {type(algo).__name__}, "
+                                "not an Algorithm")
             if init is not None:
                 load_init(algo, *init, run.env)
             buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, A, ctx.device, obs_parts=env.spec.parts)
@@ -148,7 +152,8 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
             env.close()
 
 
-def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo, buffer, offline, max_iterations) -> TrainResult:
+def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo: Algorithm, buffer, offline,
+         max_iterations) -> TrainResult:
     loop, gen, device = run.loop, ctx.gen, ctx.device
     assert isinstance(loop, OffPolicyLoopConfig)  # train_offpolicy ran ensure_loop
     N, A = run.num_envs, env.spec.action_dim

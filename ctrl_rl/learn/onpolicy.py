@@ -11,11 +11,13 @@ import dataclasses
 import math
 import time
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import Obs, obs_cat, obs_index, obs_map, obs_nbytes, obs_to
+from ctrl_rl.core.protocols import Algorithm, OnPolicySampling, Scheduled
 from ctrl_rl.envs.registry import resolve_backend
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn import distributed as D
@@ -31,6 +33,17 @@ from ctrl_rl.learn.runtime import (
     probe_spec,
 )
 from ctrl_rl.storage.rollout import RolloutStorage
+
+
+@runtime_checkable
+class OnPolicyAlgorithm(Algorithm, OnPolicySampling, Scheduled, Protocol):
+    """What the on-policy loop needs of an algorithm: the contract, sampled actions with their log-probabilities
+    (the rollout), settings that follow training progress, and the rollout length it updates on."""
+
+    @property
+    def rollout_steps(self) -> int:
+        """T: env steps per env in every rollout."""
+        ...
 
 
 class Collector:
@@ -80,7 +93,7 @@ class Collector:
             succ += info["episode_success"]
         return out.obs
 
-    def collect(self, algo, storage: RolloutStorage, obs: Obs) -> Obs:
+    def collect(self, algo: OnPolicySampling, storage: RolloutStorage, obs: Obs) -> Obs:
         T = storage.T
         if len(self.envs) == 1:
             env = self.envs[0]
@@ -164,12 +177,16 @@ def train_onpolicy(
                 kwargs = {"grad_reduce": D.all_reduce_mean_, "stats_reduce": D.all_reduce_sum,
                           "broadcast": D.broadcast_module_}
             algo = entry.make(cfg_local, env.spec, ctx.device, gen, **kwargs)
+            if not isinstance(algo, OnPolicyAlgorithm):
+                raise TypeError(f"{algo_name} runs in the on-policy loop but has no sample, schedule and "
+                                "rollout_steps")
             return _run(ctx, run, env, algo, n_local, max_iterations, dist_info)
         finally:
             env.close()
 
 
-def _run(ctx: RunContext, run: RunConfig, env: Collector, algo, n_local: int, max_iterations, dist_info) -> TrainResult:
+def _run(ctx: RunContext, run: RunConfig, env: Collector, algo: OnPolicyAlgorithm, n_local: int, max_iterations,
+         dist_info) -> TrainResult:
     loop, device = run.loop, ctx.device
     assert isinstance(loop, OnPolicyLoopConfig)  # train_onpolicy ran ensure_loop
     W, rank = dist_info.world_size, dist_info.rank
