@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ctrl_rl-installed
 
-.PHONY: run test test-slow lint typecheck docs bench bench-offline clean
+.PHONY: run test test-slow lint docs bench bench-offline clean
 
 # d3rlpy 2.8.1 pins gymnasium 1.0.0, which would downgrade ctrl_rl's gymnasium: it is installed without its
 # dependency pins, with the packages it imports listed here.
@@ -32,14 +32,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
-# ruff over the package, tests and experiments (rules and line length in pyproject.toml)
+# ruff over the package, tests and experiments, and pyright over the package (basic; strict on core/); settings in
+# pyproject.toml
 lint: $(STAMP)
 	$(PY) -m pip install -q -c .ci/constraints.txt -e ".[test,lint]"
 	$(PY) -m ruff check ctrl_rl tests experiments
-
-# pyright (basic; settings in pyproject.toml): not yet clean, so it is not part of `make lint` or CI
-typecheck: $(STAMP)
-	$(PY) -m pip install -q -c .ci/constraints.txt -e ".[test,typecheck]"
 	$(PY) -m pyright
 
 # the documentation site (mkdocs.yml, docs/), built strictly into site/

@@ -10,7 +10,7 @@ the type is known. ``tests/algos/test_contract.py`` builds every registered algo
 - ``OnPolicySampling``: stochastic actions with their log-probabilities for a rollout (PPO, IMPALA, DoMo-AC).
 - ``Scheduled``: settings that follow training progress (learning-rate annealing, NeuBay's schedules).
 - ``ActorWeights``: the part of the state an actor process needs (actor-learner regimes).
-- ``Recurrent``: an acting state carried across steps (NeuBay's history encoder, the VLA agent's chunk queues):
+- ``Recurrent``: an acting state carried across steps (NeuBay's history encoder, a VLA's chunk queue):
   ``reset_state(n)`` for n fresh episodes, ``observe(reward, done)`` after each step.
 - ``RecurrentPolicy``: an exported module with a hidden state input (``initial_hidden``).
 - ``ChunkPolicy``: an exported module that emits action chunks of ``chunk`` steps and keeps its own queue.
@@ -21,6 +21,7 @@ A capability is structural: a class has it by having the members, no registratio
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -107,10 +108,16 @@ class RecurrentPolicy(Protocol):
 class ChunkPolicy(Protocol):
     chunk: int
     """Actions per chunk: the module emits ``[B,H,A]`` and the runtime plays them open-loop."""
+    execute_steps: int
+    """How many actions of each chunk the runtime plays before it asks for the next chunk."""
 
 
 @runtime_checkable
 class LanguagePolicy(Protocol):
     def language_input(self) -> dict[str, Any] | None:
         """How the instruction enters the graph (``max_length`` token ids and the tokenizer), or None."""
+        ...
+
+    def save_tokenizer(self, directory: Path) -> None:
+        """Write the tokenizer the runtime tokenises the instruction with into ``directory``."""
         ...

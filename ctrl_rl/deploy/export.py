@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, cast
+from typing import Literal
 
 import torch
 from torch import nn
@@ -58,18 +58,6 @@ def input_name(part: str) -> str:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-class _ExecuteSteps(Protocol):
-    """What a chunk policy has besides ``ChunkPolicy.chunk`` (core/protocols.py does not declare it)."""
-
-    execute_steps: int
-
-
-class _SavesTokenizer(Protocol):
-    """What a language policy has besides ``LanguagePolicy.language_input`` (core/protocols.py does not declare it)."""
-
-    def save_tokenizer(self, directory: Path) -> None: ...
 
 
 class ExportModule(nn.Module):
@@ -249,9 +237,11 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     env_spec = spec_of(run.env)  # the env's own action bounds and robot metadata, no env built where avoidable
     robot, units, space = _robot_and_units(env_spec)
     policy: nn.Module = algo.exportable().eval()
-    chunk = policy.chunk if isinstance(policy, ChunkPolicy) else None  # a chunk policy (VLA) keeps its own state
+    chunk_policy = policy if isinstance(policy, ChunkPolicy) else None  # a chunk policy (VLA) keeps its own state
+    chunk = chunk_policy.chunk if chunk_policy is not None else None
     recurrent = isinstance(algo, Recurrent) and chunk is None
-    language = policy.language_input() if isinstance(policy, LanguagePolicy) else None
+    language_policy = policy if isinstance(policy, LanguagePolicy) else None
+    language = language_policy.language_input() if language_policy is not None else None
     if language is not None:  # the graph takes the prompt's token ids; the runtime tokenises the instruction
         parts = tuple(ObsPart("language", (language["max_length"],), torch.int64) if p.name == "language" else p
                       for p in spec.parts)
@@ -269,7 +259,7 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     names = [input_name(p.name) for p in spec.parts] + (["prev_action", "prev_reward", "hidden"] if recurrent else [])
     outputs = ["action", "next_hidden"] if recurrent else ["action"]
 
-    execute_steps = cast(_ExecuteSteps, policy).execute_steps if chunk else None  # a chunk policy's (vla/export.py)
+    execute_steps = chunk_policy.execute_steps if chunk_policy is not None else None
 
     ck_dir = ck_path.parent.parent
     config_path = ck_dir / "config.json"
@@ -306,7 +296,8 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
     tmp.chmod(0o755)  # mkdtemp's 0700 would survive the rename
     try:
         if language is not None:
-            cast(_SavesTokenizer, policy).save_tokenizer(tmp)  # language is set: the policy is a VLA's
+            assert language_policy is not None  # language comes from it
+            language_policy.save_tokenizer(tmp)
             meta["files"]["tokenizer"] = language["tokenizer"]
         if "onnx" in opts.format:
             f = tmp / "policy.onnx"
