@@ -48,7 +48,7 @@ class Wrapper:
 
     @property
     def supports_async(self) -> bool:
-        return hasattr(self.unwrapped(), "step_async")
+        return isinstance(self.unwrapped(), AsyncEnv)
 
     # Callers check ``supports_async`` first: the env has the split step (a Wrapper, or the simulator itself).
     def step_async(self, action: torch.Tensor) -> None:

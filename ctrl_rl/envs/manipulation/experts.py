@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from ctrl_rl.envs.manipulation.control import euler_to_mat, rotvec
 from ctrl_rl.envs.manipulation.scene import CUBE_HALF, TABLE_Z
@@ -167,7 +168,7 @@ def expert_actions(task: str, state) -> np.ndarray:
     """``[N,7]`` float32 cartesian-velocity actions of ``task``'s expert for states ``[N,O]`` (module docstring).
 
     A loop over the N rows: the experts are for data collection and tests, not a training hot path."""
-    s = np.asarray(state.cpu() if hasattr(state, "cpu") else state, dtype=np.float64)
+    s = np.asarray(state.cpu() if isinstance(state, torch.Tensor) else state, dtype=np.float64)
     fn = _EXPERTS[task]
     return np.stack([fn(row) for row in s]).astype(np.float32)  # [N,7]
 
