@@ -48,6 +48,7 @@ Shape letters: E critic members, B batch, O obs dim, F features, A action dim.
 
 from __future__ import annotations
 
+import abc
 import copy
 import math
 from dataclasses import dataclass
@@ -169,17 +170,18 @@ class SACConfig(EncoderFields):
         _ = self.encoder  # checks the encoder fields now (a ValueError naming the field), not at the first update
 
 
-class SACActor(nn.Module):
-    """What SAC needs of an actor: SAC's own tanh-Gaussian ``Actor`` or one given to it (SAC-Flow's ``FlowActor``).
-    Features ``obs [B,F]`` in, actions in [-1, 1] out."""
+class SACActor(nn.Module, abc.ABC):
+    """The interface SAC needs of an actor module (no behaviour of its own): SAC's tanh-Gaussian ``Actor`` or one
+    given to it (SAC-Flow's ``FlowActor``). Features ``obs [B,F]`` in, actions in [-1, 1] out. An abstract
+    ``nn.Module`` rather than a Protocol because SAC also moves, copies and optimizes it as a module."""
 
+    @abc.abstractmethod
     def sample(self, obs: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(a [B,A], log pi(a|s) [B])`` with gradient."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``[B,A]``."""
-        raise NotImplementedError
 
 
 class Actor(SACActor):
