@@ -31,6 +31,9 @@ from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.storage.datasets.offline import OfflineDataset, to_replay
 from ctrl_rl.storage.tapes import TapeBatch
 from ctrl_rl.world_models.protocol import DynamicsModel
+from tests.algos.test_neubay import A as NEUBAY_A
+from tests.algos.test_neubay import O as NEUBAY_O
+from tests.algos.test_neubay import tape_batch
 
 NAMES = {"calql", "cql", "domo_ac", "dynamics", "impala", "iql", "mbpo", "mopo", "neubay", "ppo", "ravl", "rlpd", "sac",
          "sac_flow", "sac_flow_o2o", "vla_bc", "vla_habc", "vla_rl", "wsrl"}
@@ -83,22 +86,11 @@ def rollout(spec: EnvSpec, seed: int, T: int = 4, N: int = 4) -> Rollout:
                    torch.randn(T, N, O, generator=g))
 
 
-def tapes(spec: EnvSpec, seed: int, lengths=(7, 5, 9, 3), real=(3, 0, 4, 3)) -> TapeBatch:
-    """Tapes of the given lengths, the first ``real[i]`` rows of tape i real, consecutive states inside a tape."""
-    g = _g(seed)
-    T = sum(lengths)
-    obs, nxt = torch.zeros(T, O), torch.zeros(T, O)
-    first, is_real = torch.zeros(T, dtype=torch.bool), torch.zeros(T, dtype=torch.bool)
-    row = 0
-    for n, r in zip(lengths, real):
-        states = torch.randn(n + 1, O, generator=g)
-        obs[row:row + n], nxt[row:row + n] = states[:-1], states[1:]
-        first[row], is_real[row:row + r] = True, True
-        row += n
-    term = torch.zeros(T, dtype=torch.bool)
-    term[lengths[0] - 1] = True
-    return TapeBatch(obs, torch.rand(T, A, generator=g) * 2 - 1, torch.randn(T, generator=g), nxt, term,
-                     torch.zeros(T, dtype=torch.bool), is_real, first)
+def tapes(spec: EnvSpec, seed: int) -> TapeBatch:
+    """NeuBay's synthetic tapes (tests/algos/test_neubay.py: four tapes, some rows real), observation and action
+    sizes as here."""
+    assert (spec.obs_dim, spec.action_dim) == (NEUBAY_O, NEUBAY_A)
+    return tape_batch(seed=seed)
 
 
 @dataclass
