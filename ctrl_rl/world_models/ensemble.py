@@ -470,14 +470,26 @@ def _member_orders(boot: torch.Tensor | None, E: int, N: int, generator: torch.G
 
 
 def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch.Generator | None = None,
-        progress: Callable[[int, dict], None] | None = None) -> list[dict]:
+        progress: Callable[[int, dict], None] | None = None, resume: dict | None = None,
+        checkpoint: Callable[[dict], None] | None = None) -> list[dict]:
     """Train ``model`` on ``data`` (obs [S,O], act [S,A], next_obs [S,O], reward [S], terminated [S] bool, optional
     unless ``learn_termination``) with the settings of ``model.cfg``, on the model's device, drawing every random
     number from ``generator`` (on that device). Calls ``progress(epoch, metrics)`` after every epoch and returns the
-    list of those metric dicts (plain floats; one host sync per epoch). Leaves the best weights and the elites set."""
+    list of those metric dicts (plain floats; one host sync per epoch). Leaves the best weights and the elites set.
+
+    Resumable by epoch: ``checkpoint(state)`` is called after every epoch with the fit's state (weights, best
+    weights, optimizer, counters, the generator's state at the start of the fit and now); ``fit(..., resume=state)``
+    on the same data and a model built the same way continues from that epoch exactly (the split and bootstrap
+    resamples are drawn again from the start state, then the generator is set to the epoch's)."""
     cfg, dev = model.cfg, model.elite_ids.device
     d = _check_data(model, data)
     S, E = d["obs"].shape[0], cfg.members
+    if (resume is not None or checkpoint is not None) and generator is None:
+        raise ValueError("a resumable fit needs an explicit generator: its state is part of the checkpoint")
+    gen_start = generator.get_state() if generator is not None else None
+    if resume is not None:
+        assert generator is not None
+        generator.set_state(resume["gen_start"])
     n_hold = max(1, min(int(cfg.holdout_ratio * S), cfg.max_holdout or S, S - 1))
     perm = torch.randperm(S, generator=generator, device=dev)  # [S]
     hold, train = perm[:n_hold], perm[n_hold:]  # [H], [N]
@@ -499,7 +511,19 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
     best = torch.full((E,), math.inf, device=dev)  # [E] best holdout MSE so far
     history: list[dict] = []
     since, decayed, epoch = 0, False, 0
-    while cfg.max_epochs is None or epoch < cfg.max_epochs:
+    if resume is not None:
+        assert generator is not None
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        with torch.no_grad():
+            for bp, saved in zip(best_params, resume["best_params"]):
+                bp.copy_(saved)
+        best.copy_(resume["best"])
+        since, decayed, epoch = int(resume["since"]), bool(resume["decayed"]), int(resume["epoch"])
+        history = list(resume["history"])
+        generator.set_state(resume["gen"])
+    stopped = bool(resume is not None and resume.get("stopped"))
+    while not stopped and (cfg.max_epochs is None or epoch < cfg.max_epochs):
         epoch += 1
         idx = _member_orders(boot, E, N, generator, dev, idx_dtype)  # [E,N] this epoch's order of each member's rows
         total, steps = torch.zeros((), device=dev), 0
@@ -536,11 +560,17 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
             progress(epoch, m)
         if since >= cfg.patience:
             if epoch >= cfg.min_epochs:
-                break
-            if not decayed:  # RAVL: a stall before min_epochs lowers the lr once, then training goes on
+                stopped = True
+            elif not decayed:  # RAVL: a stall before min_epochs lowers the lr once, then training goes on
                 for g in opt.param_groups:
                     g["lr"] *= cfg.lr_decay
                 decayed, since = True, 0
+        if checkpoint is not None:
+            assert generator is not None and gen_start is not None
+            checkpoint({"epoch": epoch, "since": since, "decayed": decayed, "stopped": stopped, "best": best.clone(),
+                        "best_params": [bp.clone() for bp in best_params], "model": model.state_dict(),
+                        "optimizer": opt.state_dict(), "history": list(history), "gen_start": gen_start,
+                        "gen": generator.get_state()})
     with torch.no_grad():
         for p, bp in zip(params, best_params):
             p.copy_(bp)

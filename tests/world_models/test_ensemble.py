@@ -117,6 +117,41 @@ def test_fit_is_bit_identical_for_a_seed():
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_fit_resumed_from_an_epoch_checkpoint_equals_the_uninterrupted_fit(bootstrap):
+    import copy
+
+    data, _ = _linear_data(S=400)
+    cfg = DynamicsConfig(**TINY, **FAST, max_epochs=5, bootstrap=bootstrap)
+    states = {}
+    torch.manual_seed(1)
+    whole = EnsembleDynamics(O, A, cfg)
+    hist = fit(whole, data, torch.Generator().manual_seed(5),
+               checkpoint=lambda st: states.__setitem__(st["epoch"], copy.deepcopy(st)))
+    assert sorted(states) == [1, 2, 3, 4, 5]
+    torch.manual_seed(2)  # another init: the checkpoint's weights replace it
+    resumed = EnsembleDynamics(O, A, cfg)
+    seen = []
+    hist2 = fit(resumed, data, torch.Generator().manual_seed(99), progress=lambda e, m: seen.append(e),
+                resume=states[2])
+    assert seen == [3, 4, 5] and hist2 == hist
+    a, b = whole.state_dict(), resumed.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_fit_resumed_after_its_early_stop_trains_no_further():
+    data, _ = _linear_data(S=300)
+    cfg = DynamicsConfig(**{**TINY, **FAST}, improvement=0.999, patience=2, max_epochs=20)
+    last = {}
+    m = EnsembleDynamics(O, A, cfg)
+    hist = fit(m, data, torch.Generator().manual_seed(0), checkpoint=lambda st: last.update(st))
+    assert last["stopped"] and last["epoch"] == hist[-1]["epoch"] < 20
+    seen = []
+    fit(EnsembleDynamics(O, A, cfg), data, torch.Generator().manual_seed(0), progress=lambda e, x: seen.append(e),
+        resume=last)
+    assert seen == []
+
+
 def test_lr_decays_once_on_a_stall_before_min_epochs_then_stops():
     data, _ = _linear_data(S=300)
     m = EnsembleDynamics(O, A, DynamicsConfig(**{**TINY, **FAST, "min_epochs": 6}, improvement=0.999, patience=2,
