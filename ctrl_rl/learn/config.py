@@ -335,7 +335,11 @@ class RunConfig:
     count makes reruns and resumes bit-identical: the count changes float rounding."""
     dataset: str | None = None
     """Offline data: a D4RL or ctrl_rl .hdf5 file, a generated dataset id (hopper-medium-v5) or a Minari id
-    (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches)."""
+    (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches). Its actions
+    are in the env's units and are mapped to the agent's [-1, 1] with the env's bounds when loaded."""
+    clip_dataset_actions: bool = False
+    """Clip --dataset actions that lie outside the env's action bounds to the bounds (and print how many), instead
+    of refusing the dataset."""
     eval_every: int = 0
     """Evaluate the deterministic policy in --env every this many gradient steps (offline algorithms; 0: only
     at the end) or env steps (off-policy; 0: never), logging its return and normalized score."""

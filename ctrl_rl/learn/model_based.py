@@ -42,6 +42,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.protocols import Algorithm, Recurrent
+from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from ctrl_rl.learn.config import (
@@ -55,7 +56,7 @@ from ctrl_rl.learn.config import (
 from ctrl_rl.learn.offline import env_spec, run_updates
 from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainingDiverged, TrainResult, check_memory, load_state
-from ctrl_rl.storage.datasets import load_dataset, open_dataset, to_replay
+from ctrl_rl.storage.datasets import open_dataset, to_replay, unit_bounds
 from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
 from ctrl_rl.storage.tapes import TapeBuffer
 from ctrl_rl.world_models.ensemble import EnsembleDynamics, fit
@@ -70,6 +71,7 @@ from ctrl_rl.world_models.termination import get_termination, has_termination
 
 MODEL_FILE = "model.pt"
 MODEL_KIND = "dynamics-model-1"
+MODEL_ACTION_UNITS = "agent"  # model.pt's action_units: fitted on actions in the agent's [-1, 1] (open_dataset)
 TRUE_MODEL = "true"  # --model true: the real simulator in the model's place
 WORLD_MODEL = "world-model"  # the regime of the dynamics fit, registered below
 
@@ -93,7 +95,7 @@ def task_of(env_id: str) -> str:
 def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: torch.device) -> dict[str, torch.Tensor]:
     """The dataset's transitions with a valid next observation, as the tensors ``fit`` takes."""
     assert run.dataset is not None  # train_dynamics refused a run without --dataset
-    buf = to_replay(open_dataset(run.dataset, spec, clip_actions), device)
+    buf = to_replay(open_dataset(run.dataset, run.env, clip_actions, run.clip_dataset_actions), device)
     # the model's data: flat observations of spec.obs_dim (open_dataset checked the sizes)
     assert isinstance(buf.obs, torch.Tensor) and isinstance(buf.next_obs, torch.Tensor)
     n = len(buf)
@@ -150,16 +152,19 @@ def train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: b
 
 
 def save_model(run_dir: Path, model: EnsembleDynamics, env_id: str, summary: dict) -> Path:
-    """``RUN_DIR/model.pt``: the model's meta (sizes, config), weights, the task it models and a fit summary."""
+    """``RUN_DIR/model.pt``: the model's meta (sizes, config), weights, the task it models, the units of the actions
+    it was fitted on (``action_units``: the agent's [-1, 1]) and a fit summary."""
     path = Path(run_dir) / MODEL_FILE
     save_checkpoint(path, {"algo": model_entry().name, "config": model.meta()["config"], "kind": MODEL_KIND,
-                           "meta": model.meta(), "task": task_of(env_id), "env": env_id, "state": model.state_dict(),
-                           "summary": summary})
+                           "meta": model.meta(), "task": task_of(env_id), "env": env_id,
+                           "action_units": MODEL_ACTION_UNITS, "state": model.state_dict(), "summary": summary})
     return path
 
 
 def load_model(model_dir: str | Path, spec, env_id: str, device: torch.device) -> EnsembleDynamics:
-    """The model of a dynamics run (``--model RUN``), checked against the env it will imagine."""
+    """The model of a dynamics run (``--model RUN``), checked against the env it will imagine: its task, sizes and
+    the units of the actions it was fitted on. A model saved before ``action_units`` was recorded was fitted on the
+    dataset's raw actions in env units, which are the agent's only where the env's bounds are exactly +-1."""
     d = Path(model_dir)
     path = d / MODEL_FILE if d.is_dir() else d
     if not path.is_file():
@@ -173,6 +178,16 @@ def load_model(model_dir: str | Path, spec, env_id: str, device: torch.device) -
     if data.get("task") != task_of(env_id):
         raise UserInputError(f"--model {model_dir} was fitted on {data.get('env')!r}, expected a model of "
                              f"{task_of(env_id)!r} for --env {env_id}")
+    units = data.get("action_units")
+    if units is None and not unit_bounds(spec_of(env_id)):
+        raise UserInputError(f"--model {model_dir} was fitted on raw dataset actions in the units of --env {env_id}, "
+                             "whose action bounds are not +-1 (a model saved before ctrl_rl mapped dataset actions to "
+                             "the agent's [-1, 1]): expected a model fitted in the agent's units, refit it with "
+                             "`ctrl-rl train dynamics`")
+    if units is not None and units != MODEL_ACTION_UNITS:
+        raise UserInputError(f"--model {model_dir} was fitted on actions in {units!r} units: expected a model fitted "
+                             f"in the agent's units ({MODEL_ACTION_UNITS!r}, [-1, 1]), refit it with "
+                             "`ctrl-rl train dynamics`")
     if (meta["obs_dim"], meta["act_dim"]) != (spec.obs_dim, spec.action_dim):
         raise UserInputError(f"--model {model_dir} predicts observations of {meta['obs_dim']} and actions of "
                              f"{meta['act_dim']} dimensions, expected {spec.obs_dim} and {spec.action_dim} "
@@ -232,8 +247,8 @@ def fit_first(run: RunConfig, run_dir: Path, max_iterations: int | None,
 
 def make_world(run: RunConfig, loop: FlatRolloutsLoopConfig, spec, model_dir, n_envs: int, device: torch.device,
                starts: torch.Tensor, ds):
-    """The env the rollouts run in: the learned model as a ModelEnv, or the real simulator (``--model true``)."""
-    A = spec.action_dim
+    """The env the rollouts run in: the learned model as a ModelEnv, or the real simulator (``--model true``).
+    ``spec`` is the agent's (actions in [-1, 1]), the units the model was fitted in and the actor acts in."""
     if model_dir == TRUE_MODEL:
         from ctrl_rl.world_models.true_dynamics import TrueDynamicsEnv
 
@@ -243,7 +258,7 @@ def make_world(run: RunConfig, loop: FlatRolloutsLoopConfig, spec, model_dir, n_
         env_id = run.env.split(":", 1)[-1]
         return TrueDynamicsEnv(env_id, ds.infos["qpos"], ds.infos["qvel"], n_envs, seed=run.seed + 7, device=device)
     model = load_model(model_dir, spec, run.env, device)
-    return ModelEnv(model, starts, n_envs, (-1.0,) * A, (1.0,) * A, run.env, termination_for(run.env, model),
+    return ModelEnv(model, starts, n_envs, spec.action_low, spec.action_high, run.env, termination_for(run.env, model),
                     loop.member_mode, None, loop.penalty, loop.penalty_kind, device=device, seed=run.seed + 7)
 
 
@@ -287,7 +302,7 @@ class FlatRollouts:
     def __init__(self, run: RunConfig, loop: FlatRolloutsLoopConfig, spec, model_dir: str | Path,
                  device: torch.device):
         assert run.dataset is not None  # model_source refused a run without --dataset
-        ds = open_dataset(run.dataset, spec, loop.clip_actions)
+        ds = open_dataset(run.dataset, run.env, loop.clip_actions, run.clip_dataset_actions)
         real = to_replay(ds, device)
         assert isinstance(real.obs, torch.Tensor)  # the model's data: flat observations of spec.obs_dim
         starts = real.obs[: len(real)]  # [S,O] states with a valid next state
@@ -347,9 +362,7 @@ class TapeRollouts:
                                  "imagined episode is truncated")
         model = load_model(model_dir, spec, run.env, device)
         assert run.dataset is not None  # model_source refused a run without --dataset
-        ds = load_dataset(run.dataset, view="trajectory", obs_dim=spec.obs_dim, action_dim=spec.action_dim)
-        if loop.clip_actions is not None:
-            ds.action.clamp_(-loop.clip_actions, loop.clip_actions)
+        ds = open_dataset(run.dataset, run.env, loop.clip_actions, run.clip_dataset_actions, view="trajectory")
         data = trajectories_from_dataset(ds, horizon, device)
         del ds
         u_max, u_stats = uncertainty_threshold(model, data.obs, data.action, loop.uncertainty_quantile)

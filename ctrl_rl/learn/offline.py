@@ -1,9 +1,11 @@
 """The offline training loop: dataset -> buffer -> algorithm update, evaluated in the real environment.
 
 ``--dataset`` (a D4RL or ctrl_rl HDF5 file, a generated dataset id or a Minari id) is loaded and validated
-against the evaluation env's observation and action sizes (``--env``), its actions are clipped to the loop's
-``clip_actions`` (inside tanh's open range) and it fills a replay buffer on the training device: D4RL files
-through the ``qlearning`` view, exactly as ``d4rl.qlearning_dataset``; Minari datasets through their episodes.
+against the evaluation env's observation and action sizes (``--env``), its actions are mapped from the env's units
+to the agent's [-1, 1] (``storage.datasets.open_dataset``: out of the env's bounds refused, or clipped with
+``--clip-dataset-actions``) and clipped to the loop's ``clip_actions`` (inside tanh's open range), and it fills a
+replay buffer on the training device: D4RL files through the ``qlearning`` view, exactly as
+``d4rl.qlearning_dataset``; Minari datasets through their episodes.
 An algorithm that needs more than plain batches says so in its registry entry (``prepare_offline``: IQL's
 reward scale, Cal-QL's Monte-Carlo returns); its record (e.g. the reward scale) goes into the checkpoint.
 
@@ -54,7 +56,7 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
     step_fn = update_step or entry.update_step
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
         spec = env_spec(run, algo_name, entry.continuous_only)
-        ds = open_dataset(run.dataset, spec, loop.clip_actions)
+        ds = open_dataset(run.dataset, run.env, loop.clip_actions, run.clip_dataset_actions)
         buffer = to_replay(ds, ctx.device)
         sampler, record = buffer, {}
         if entry.prepare_offline is not None and update_step is None:

@@ -58,7 +58,8 @@ def load_init(algo: Algorithm, state: dict, path: str, env_id: str) -> None:
 
 
 def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
-    """The offline replay of ``--dataset`` (actions clipped to the loop's ``clip_actions``), or None."""
+    """The offline replay of ``--dataset`` (actions in the agent's units, clipped to the loop's ``clip_actions``), or
+    None."""
     loop = run.loop
     assert isinstance(loop, OffPolicyLoopConfig)  # the off-policy regime's loop config (ensure_loop)
     if run.dataset is None:
@@ -70,7 +71,7 @@ def open_offline_data(entry, run: RunConfig, spec, device: torch.device):
     if loop.offline_ratio == 0 and entry.pretrain_step is None:
         raise UserInputError("--dataset was given with --offline-ratio 0: expected a positive --offline-ratio "
                              "(the fraction of every batch drawn from the dataset)")
-    return to_replay(open_dataset(run.dataset, spec, loop.clip_actions), device)
+    return to_replay(open_dataset(run.dataset, run.env, loop.clip_actions, run.clip_dataset_actions), device)
 
 
 class EpisodeTally:

@@ -93,7 +93,8 @@ class ModelEnv:
         model: a ``DynamicsModel`` (``world_models.protocol``); it predicts in the env's own units.
         start_obs: ``[M,O]`` start states (RAVL: dataset observations); ``None`` when ``start_sampler`` is given.
         num_envs: N, imagined rollouts stepped in lock step.
-        action_low, action_high: the real env's action bounds (``spec.action_low`` / ``spec.action_high``).
+        action_low, action_high: the bounds of the actions the model takes, those it was fitted on: the agent's
+            [-1, 1] (the training spec's bounds; ``storage.datasets.open_dataset`` maps a dataset's actions there).
         base_env_id: the real env's id; the spec's id is ``model:<base_env_id>``.
         termination_fn: ``(obs [N,O], act [N,A], next_obs [N,O]) -> [N] bool`` (e.g. hopper's healthy
             check); None uses the model's termination head, or never terminates when it has none.

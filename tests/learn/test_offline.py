@@ -27,7 +27,8 @@ def pendulum_dataset(tmp_path_factory):
 
 
 def write_pendulum_dataset(path) -> str:
-    """Two 200-step episodes of uniformly random actions, each ending in a time limit, in the D4RL layout."""
+    """Two 200-step episodes of uniformly random actions, each ending in a time limit, in the D4RL layout; actions
+    stored in the env's units ([-2, 2], as a dataset holds them), which loading maps to the agent's [-1, 1]."""
     env = make_env("torch:Pendulum", num_envs=2, device="cpu", seed=0)
     obs = env.reset(seed=0)
     g = torch.Generator().manual_seed(0)
@@ -35,7 +36,7 @@ def write_pendulum_dataset(path) -> str:
     for _ in range(200):
         a = torch.rand(2, 1, generator=g) * 4 - 2  # [N,A] in the env's bounds [-2, 2]
         out = env.step(a)
-        for k, v in (("observations", obs), ("actions", a / 2), ("rewards", out.reward),
+        for k, v in (("observations", obs), ("actions", a), ("rewards", out.reward),
                      ("next_observations", out.final_obs), ("terminals", out.terminated), ("timeouts", out.truncated)):
             rows[k].append(v)
         obs = out.obs
