@@ -174,3 +174,24 @@ def test_presets_give_mopo_its_rollout_length_and_penalty_as_loop_settings(tmp_p
     run = build_run(registry.get("mopo"), preset.run, {**registry.get("mopo").loop_defaults, **preset.loop})
     assert (run.loop.rollout_length, run.loop.penalty, run.loop.real_ratio) == (5, 5.0, 0.05)
     assert set(preset.config) == {"gamma", "tau", "target_entropy"}
+
+
+def test_dynamics_fit_resumed_after_an_interruption_equals_the_uninterrupted_fit(hopper_dataset, tmp_path):
+    from ctrl_rl.learn.config import WorldModelLoopConfig
+    from ctrl_rl.learn.model_based import train_dynamics
+
+    entry = registry.get("dynamics")
+    cfg = entry.default_config(members=3, elites=2, hidden=(16, 16), weight_decay=(0.0, 0.0, 0.0), min_epochs=5,
+                               patience=20, batch_size=64)
+    run = RunConfig(env="Hopper-v5", dataset=hopper_dataset, total_steps=5, seed=3, progress=False, threads=1,
+                    log_every=1, checkpoint_every=1, eval_every=0, loop=WorldModelLoopConfig())
+    full = train_dynamics(run, "dynamics", cfg, tmp_path / "full")
+    part = train_dynamics(run, "dynamics", cfg, tmp_path / "cut", max_iterations=2)
+    assert part.algo is None and not (tmp_path / "cut" / MODEL_FILE).exists()
+    assert load_checkpoint(tmp_path / "cut" / "checkpoints" / "latest.pt")["fit_state"]["epoch"] == 2
+    res = train_dynamics(run, "dynamics", cfg, tmp_path / "cut", resume=True)
+    assert res.step == full.step == 5
+    a, b = (load_checkpoint(d / MODEL_FILE)["state"] for d in (tmp_path / "full", tmp_path / "cut"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
