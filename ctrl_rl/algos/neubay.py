@@ -196,13 +196,24 @@ class CriticHeads(nn.Module):
             out.weight.uniform_(-bound, bound)
             out.bias.zero_()
 
-    def forward(self, z: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def forward(self, z: torch.Tensor, action: torch.Tensor, heads: torch.Tensor | None = None) -> torch.Tensor:
+        """``[E,B]`` values of features ``z [B,D]`` and actions ``[B,A]``; ``heads [M]``: only those heads, ``[M,B]``
+        (the TD target's random subset, without computing the other heads)."""
         x = torch.cat([z, action], -1)  # [B,D+A]
-        for i, layer in enumerate(self.layers):
-            x = layer(x)  # [E,B,h]
-            if i < len(self.layers) - 1:
-                x = F.leaky_relu(F.layer_norm(x, x.shape[-1:]) * self.ln_scale[i] + self.ln_shift[i])
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.linears()):
+            w, b = (layer.weight, layer.bias) if heads is None else (layer.weight[heads], layer.bias[heads])
+            x = torch.baddbmm(b, x.expand(w.shape[0], *x.shape) if x.dim() == 2 else x, w)  # [E,B,h]
+            if i < last:
+                scale, shift = self.ln_scale[i], self.ln_shift[i]  # [E,1,h]
+                if heads is not None:
+                    scale, shift = scale[heads], shift[heads]
+                x = F.leaky_relu(torch.addcmul(shift, F.layer_norm(x, x.shape[-1:]), scale), inplace=True)
         return x.squeeze(-1)  # [E,B]
+
+    def linears(self) -> list[EnsembleLinear]:
+        """``self.layers`` typed: every entry is an ``EnsembleLinear`` (built so in ``__init__``)."""
+        return [cast(EnsembleLinear, layer) for layer in self.layers]  # ModuleList yields nn.Module
 
 
 class RecurrentPolicy(nn.Module):
@@ -330,10 +341,11 @@ class NeuBay:
         with torch.no_grad():
             mean, log_std = policy if policy is not None else self.actor(self._encode(self.actor_encoder, seq, start))
             a_next, logp_next = tanh_normal_sample(mean[nxt], log_std[nxt], self.gen)  # [T,A], [T]
-            q_next = self.target_critic(self._encode(self.target_encoder, seq, start)[nxt], a_next)  # [E,T]
             subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
-            y = td_target(q_next, subset, batch.reward, batch.terminated, logp_next, self.alpha, c.gamma,
-                          c.backup_entropy)  # [T]
+            # only the subset's target heads are computed: the TD target reads no other
+            q_next = self.target_critic(self._encode(self.target_encoder, seq, start)[nxt], a_next, subset)  # [M,T]
+            y = td_target(q_next, torch.arange(c.target_subset, device=self.device), batch.reward, batch.terminated,
+                          logp_next, self.alpha, c.gamma, c.backup_entropy)  # [T]
         q = self.critic(self._encode(self.critic_encoder, seq, start)[pos], batch.action)  # [E,T]
         per_row = F.huber_loss(q, y.expand_as(q), reduction="none").mean(0)  # [T]
         loss, l_real, l_imag = mixed_mean(per_row, batch.real, c.real_weight)

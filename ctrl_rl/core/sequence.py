@@ -35,16 +35,56 @@ from torch import nn
 from ctrl_rl.core.nets import norm_block
 
 
-def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``h_t = a_t * h_{t-1} + b_t`` with ``h_{-1} = 0`` along dim 0 of ``a``, ``b [T,...]``, as a Hillis-Steele
-    prefix scan: ceil(log2 T) steps, each one whole-tensor op (out of place, for autograd)."""
+def _scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The Hillis-Steele prefix scan of ``h_t = a_t h_{t-1} + b_t`` along dim 0 (``h_{-1} = 0``), without autograd:
+    ceil(log2 T) steps, each one fused multiply-add over the whole tensor into a second buffer (ping-pong)."""
     T, d = a.shape[0], 1
+    if T == 1:
+        return b.clone()
+    b, nb = b.clone(), torch.empty_like(b)
+    a, na = a.clone(), torch.empty_like(a)
     while d < T:
-        b = torch.cat([b[:d], b[d:] + a[d:] * b[:-d]])
+        nb[:d] = b[:d]
+        torch.addcmul(b[d:], a[d:], b[:-d], out=nb[d:])
+        b, nb = nb, b
         if 2 * d < T:
-            a = torch.cat([a[:d], a[d:] * a[:-d]])
+            na[:d] = a[:d]
+            torch.mul(a[d:], a[:-d], out=na[d:])
+            a, na = na, a
         d *= 2
     return b
+
+
+class _LinearScan(torch.autograd.Function):
+    """``linear_scan`` with its gradient as a second scan backwards in time. With ``g_t = dL/dh_t`` in total:
+    ``g_t = dL/dh_t|direct + conj(a_{t+1}) g_{t+1}``, ``dL/db_t = g_t`` and ``dL/da_t = g_t conj(h_{t-1})``
+    (PyTorch's convention for complex gradients: ``d(xy)/dx`` passes ``grad * conj(y)``). Neither pass keeps a
+    graph: the backward pass costs one scan instead of the log-depth graph of slices and products."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = _scan(a, b)
+        ctx.save_for_backward(a, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        (gh,) = grads
+        a, h = ctx.saved_tensors
+        c = torch.cat([a[1:].conj(), torch.zeros_like(a[:1])])  # [T,...]: c_t links g_t to g_{t+1}
+        g = _scan(c.flip(0), gh.flip(0)).flip(0)  # [T,...]
+        grad_a = None
+        if ctx.needs_input_grad[0]:
+            grad_a = torch.zeros_like(g)
+            grad_a[1:] = g[1:] * h[:-1].conj()  # h_{-1} = 0
+        return grad_a, g
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``h_t = a_t * h_{t-1} + b_t`` with ``h_{-1} = 0`` along dim 0 of ``a``, ``b [T,...]`` (same shape and dtype,
+    real or complex): a Hillis-Steele prefix scan, ceil(log2 T) steps of whole-tensor ops, whose gradient is one
+    scan backwards in time (``_LinearScan``)."""
+    return _LinearScan.apply(a, b)
 
 
 class LRU(nn.Module):

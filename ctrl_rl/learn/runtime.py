@@ -148,7 +148,8 @@ class RunContext:
     ``threads`` (``run.threads`` 0 on CPU): on-policy loops (``single_thread`` False; PPO's minibatches of
     thousands of rows gain ~1.5x from a second core) run under a ``core.perf.ThreadGovernor``: every core
     alone, one thread while other processes use the cores, so two runs started side by side on 2 cores each
-    take ~1.3x their solo time instead of 3-5x (experiments/contention/contention.md). Off-policy and offline
+    take ~1.3x their solo time instead of 3-5x (experiments/contention/contention.md); so do the dynamics fit and
+    the model-based loops (ensembles of members x rows, experiments/model_based_speed). Off-policy and offline
     loops (``single_thread`` True) use one thread: their ~10^2 small ops per update on batch-256 tensors gain
     nothing from a second thread alone, and when other processes compete every op's barrier waits for a
     descheduled worker (measured: 4.5 instead of 94 SAC updates/s). The thread count changes float rounding,

@@ -294,3 +294,12 @@ def test_neubay_is_registered_in_its_regime_and_refuses_bad_settings():
     for bad in (dict(real_weight=1.5), dict(target_subset=11), dict(encoder_lr=0.0), dict(r_max=1.0)):
         with pytest.raises(UserInputError):
             NeuBayConfig(**bad)
+
+
+def test_critic_heads_of_a_subset_equal_those_heads_of_the_full_call():
+    algo = agent()
+    z, a = torch.randn(6, algo.config.d_model), torch.rand(6, A) * 2 - 1
+    heads = torch.tensor([3, 0]) if algo.config.num_critics > 3 else torch.tensor([1, 0])
+    with torch.no_grad():
+        full, part = algo.critic(z, a), algo.critic(z, a, heads)
+    assert part.shape == (2, 6) and torch.allclose(part, full[heads], atol=1e-6)

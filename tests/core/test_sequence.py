@@ -58,3 +58,24 @@ def test_linear_scan_of_one_and_of_a_power_of_two_rows():
     a, b = torch.full((8,), 0.5), torch.ones(8)
     want = torch.tensor([2 - 0.5**k for k in range(8)])  # h_t = sum_{j<=t} 0.5^j
     assert torch.allclose(linear_scan(a, b), want)
+
+
+def test_the_scan_gradient_equals_autograd_through_the_step_by_step_recurrence():
+    torch.manual_seed(3)
+    for dtype in (torch.float64, torch.complex128):
+        a = (torch.randn(23, 2, 4, dtype=dtype) * 0.5).requires_grad_(True)
+        b = torch.randn(23, 2, 4, dtype=dtype, requires_grad=True)
+        a0 = a.detach().clone()
+        a0[5, 1] = 0  # a restart: the recurrence's coefficient is 0 there
+        a0.requires_grad_(True)
+        w = torch.randn(23, 2, 4, dtype=dtype)
+        h, ref = torch.zeros(2, 4, dtype=dtype), []
+        for t in range(23):
+            h = a0[t] * h + b[t]
+            ref.append(h)
+        loss_ref = (torch.stack(ref) * w).real.sum()
+        ga_ref, gb_ref = torch.autograd.grad(loss_ref, (a0, b))
+        loss = (linear_scan(a0, b) * w).real.sum()
+        ga, gb = torch.autograd.grad(loss, (a0, b))
+        assert torch.allclose(ga, ga_ref, atol=1e-10) and torch.allclose(gb, gb_ref, atol=1e-10)
+        assert torch.autograd.gradcheck(linear_scan, (a, b))
