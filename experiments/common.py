@@ -12,9 +12,16 @@ imports this module after putting ``experiments/`` on ``sys.path``::
 from __future__ import annotations
 
 import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+AB_TREES = Path("/tmp/ctrl_rl_ab")  # worktree(): detached checkouts of the commits an A/B compares
 
 
 def write_result(name: str, payload: dict, markdown: str | None = None, *, folder: Path) -> Path:
@@ -100,3 +107,59 @@ def time_calls_ns(fn, calls: int):
         fn()
         t[i] = time.perf_counter_ns() - t0
     return t
+
+
+# ----- same-run A/B of two commits: detached worktrees, one CLI run against a tree -----
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def worktree(rev: str) -> dict:
+    """A detached worktree of ``rev`` at /tmp/ctrl_rl_ab/<short-sha> (reused when present and at that commit)."""
+    sha = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    short = sha[:7]
+    path = AB_TREES / short
+    if path.exists():
+        head = git("rev-parse", "HEAD", cwd=path)
+        assert head == sha, f"{path} is at {head}, expected {sha}: remove it (git worktree remove --force {path})"
+    else:
+        AB_TREES.mkdir(parents=True, exist_ok=True)
+        git("worktree", "add", "--detach", str(path), sha)
+    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=path)
+    assert not dirty, f"{path} has uncommitted changes to tracked files: {dirty[:200]}"
+    tree = {"rev": rev, "sha": sha, "short": short, "path": str(path), "subject": git("log", "-1", "--format=%s", sha)}
+    resolved = subprocess.run([sys.executable, "-c", "import ctrl_rl; print(ctrl_rl.__file__)"], env=tree_env(tree),
+                              cwd=path, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    assert Path(resolved).resolve().is_relative_to(path.resolve()), (
+        f"with PYTHONPATH={path}, ctrl_rl resolves to {resolved}, not into the tree (the editable install won?)")
+    tree["ctrl_rl_file"] = resolved
+    return tree
+
+
+def tree_env(tree: dict) -> dict:
+    env = {**os.environ, "PYTHONPATH": tree["path"], "MPLBACKEND": "Agg"}
+    env.pop("CTRL_RL_DATA_DIR", None)
+    return env
+
+
+
+def train(tree: dict, algo: str, args: list[str], run_dir: Path) -> tuple[list[dict], float, float]:
+    """``python -m ctrl_rl train ALGO ARGS`` against ``tree``; returns (metrics rows, process wall seconds, process
+    CPU seconds (user + system, all its threads, start-up included))."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "ctrl_rl", "train", algo, *args, "--run-dir", str(run_dir), "--no-progress",
+           "--checkpoint-every", str(10**9)]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=tree["path"], env=tree_env(tree), capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} (in {tree['path']}) failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    recorded = (json.loads((run_dir / "config.json").read_text()).get("code") or {}).get("started", {}).get("git")
+    assert recorded and tree["sha"].startswith(recorded.split("+")[0]) and "+dirty" not in recorded, (
+        f"run in {tree['path']} recorded code {recorded!r}, expected {tree['sha'][:12]}")
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return rows, seconds, cpu

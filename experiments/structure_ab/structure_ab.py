@@ -40,57 +40,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, write_result  # noqa: E402
+from common import AB_TREES, train, worktree, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
-BASE = Path("/tmp/ctrl_rl_ab")
 HOPPER_OBS, HOPPER_ACT, EPISODE_LEN = 11, 3, 1000
-
-
-# ----- the trees -----
-
-def git(*args: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def worktree(rev: str) -> dict:
-    """A detached worktree of ``rev`` at /tmp/ctrl_rl_ab/<short-sha> (reused when present and at that commit)."""
-    sha = git("rev-parse", "--verify", f"{rev}^{{commit}}")
-    short = sha[:7]
-    path = BASE / short
-    if path.exists():
-        head = git("rev-parse", "HEAD", cwd=path)
-        assert head == sha, f"{path} is at {head}, expected {sha}: remove it (git worktree remove --force {path})"
-    else:
-        BASE.mkdir(parents=True, exist_ok=True)
-        git("worktree", "add", "--detach", str(path), sha)
-    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=path)
-    assert not dirty, f"{path} has uncommitted changes to tracked files: {dirty[:200]}"
-    tree = {"rev": rev, "sha": sha, "short": short, "path": str(path), "subject": git("log", "-1", "--format=%s", sha)}
-    resolved = subprocess.run([sys.executable, "-c", "import ctrl_rl; print(ctrl_rl.__file__)"], env=tree_env(tree),
-                              cwd=path, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    assert Path(resolved).resolve().is_relative_to(path.resolve()), (
-        f"with PYTHONPATH={path}, ctrl_rl resolves to {resolved}, not into the tree (the editable install won?)")
-    tree["ctrl_rl_file"] = resolved
-    return tree
-
-
-def tree_env(tree: dict) -> dict:
-    env = {**os.environ, "PYTHONPATH": tree["path"], "MPLBACKEND": "Agg"}
-    env.pop("CTRL_RL_DATA_DIR", None)
-    return env
 
 
 # ----- data -----
@@ -117,32 +80,6 @@ def synthetic_hopper(path: Path, rows: int, seed: int = 0) -> Path:
         f["timeouts"] = timeouts
     tmp.rename(path)
     return path
-
-
-# ----- one run -----
-
-def train(tree: dict, algo: str, args: list[str], run_dir: Path) -> tuple[list[dict], float, float]:
-    """``python -m ctrl_rl train ALGO ARGS`` against ``tree``; returns (metrics rows, process wall seconds, process
-    CPU seconds (user + system, all its threads, start-up included))."""
-    import resource
-    import shutil
-
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "ctrl_rl", "train", algo, *args, "--run-dir", str(run_dir), "--no-progress",
-           "--checkpoint-every", str(10**9)]
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=tree["path"], env=tree_env(tree), capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} (in {tree['path']}) failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    recorded = (json.loads((run_dir / "config.json").read_text()).get("code") or {}).get("started", {}).get("git")
-    assert recorded and tree["sha"].startswith(recorded.split("+")[0]) and "+dirty" not in recorded, (
-        f"run in {tree['path']} recorded code {recorded!r}, expected {tree['sha'][:12]}")
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return rows, seconds, cpu
 
 
 def ppo(tree: dict, a: argparse.Namespace, seed: int, run_dir: Path) -> dict[str, float]:
@@ -217,8 +154,8 @@ def main() -> None:
     trees = {"before": worktree(args.before), "after": worktree(args.after)}
     for k, t in trees.items():
         print(f"{k}: {t['short']} {t['subject'][:70]} -> {t['ctrl_rl_file']}", flush=True)
-    dataset = synthetic_hopper(BASE / "data" / f"hopper-synthetic-{args.iql_rows}.hdf5", args.iql_rows)
-    runs_dir = BASE / "runs"
+    dataset = synthetic_hopper(AB_TREES / "data" / f"hopper-synthetic-{args.iql_rows}.hdf5", args.iql_rows)
+    runs_dir = AB_TREES / "runs"
 
     jobs = []  # (workload group, function of (tree, seed, run_dir) -> figures)
     if "ppo" in args.workloads:
