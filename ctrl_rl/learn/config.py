@@ -330,9 +330,16 @@ class RunConfig:
     progress: bool = True
     """Show a progress bar (a plain line every so often when the output is not a terminal)."""
     threads: int = 0
-    """torch intra-op threads. 0 (auto): on CPU, PPO uses every core while it has them to itself and one
-    thread while other processes compete (adapted every 0.3 s); off-policy and offline loops use one. A fixed
-    count makes reruns and resumes bit-identical: the count changes float rounding."""
+    """torch intra-op threads. 0 (auto): on CPU, PPO, the dynamics fit and the model-based loops use every core
+    while they have them to themselves and one thread while other processes compete (adapted every 0.3 s);
+    off-policy and offline loops use one. A fixed count makes reruns and resumes bit-identical: the count changes
+    float rounding."""
+    matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    """Internal precision of float32 matrix multiplications (``torch.set_float32_matmul_precision``; tensors stay
+    float32): ``highest`` computes in float32; ``medium`` rounds the inputs to bfloat16 and accumulates in float32
+    where the hardware has a fast path (CPUs with AMX or AVX512-BF16, through oneDNN; CUDA GPUs); ``high`` uses
+    TF32 on CUDA GPUs (JAX's default there). Measured here: 1.3-1.6x gradient steps/s of NeuBay and RAVL on one
+    thread (experiments/model_based_speed). It changes every number the run computes."""
     dataset: str | None = None
     """Offline data: a D4RL or ctrl_rl .hdf5 file, a generated dataset id (hopper-medium-v5) or a Minari id
     (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches). Its actions
@@ -354,6 +361,9 @@ class RunConfig:
         if self.eval_episodes < 1 or self.eval_every < 0:
             raise UserInputError(f"invalid --eval-episodes {self.eval_episodes!r} / --eval-every {self.eval_every!r}: "
                                  "expected a positive number of episodes and a non-negative interval")
+        if self.matmul_precision not in ("highest", "high", "medium"):
+            raise UserInputError(f"invalid --matmul-precision {self.matmul_precision!r}: expected 'highest', 'high' "
+                                 "or 'medium'")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise UserInputError(f"invalid --threads {self.threads!r}: expected 0 (auto) or a positive integer")
 

@@ -164,6 +164,8 @@ class RunContext:
         self.resume, self.is_main = resume, is_main
         self.ck_dir = self.run_dir / "checkpoints"
         self.threads_on_entry = torch.get_num_threads()  # restored on exit: thread settings are process-wide
+        self.precision_on_entry = torch.get_float32_matmul_precision()  # likewise
+        torch.set_float32_matmul_precision(run.matmul_precision)
         self.device = setup_device(run.device, run.threads)
         self.governor: ThreadGovernor | None = None
         if run.threads == 0 and self.device.type == "cpu":
@@ -281,6 +283,7 @@ class RunContext:
             self.governor.close()
             self.governor = None
         torch.set_num_threads(self.threads_on_entry)
+        torch.set_float32_matmul_precision(self.precision_on_entry)
 
     def __enter__(self) -> RunContext:
         return self

@@ -195,3 +195,26 @@ def test_dynamics_fit_resumed_after_an_interruption_equals_the_uninterrupted_fit
     assert all(torch.equal(a[k], b[k]) for k in a)
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+
+
+def test_matmul_precision_holds_during_the_run_only_and_is_recorded(model_run, hopper_dataset, tmp_path, monkeypatch):
+    from ctrl_rl.algos.sac import SAC
+
+    seen = []
+    real_update = SAC.update
+
+    def spy(self, batch):
+        seen.append(torch.get_float32_matmul_precision())
+        return real_update(self, batch)
+
+    monkeypatch.setattr(SAC, "update", spy)
+    before = torch.get_float32_matmul_precision()
+    d = tmp_path / "medium"
+    code = main(["train", "mbpo", "--env", "Hopper-v5", "--dataset", hopper_dataset, "--model", str(model_run),
+                 "--total-steps", "3", "--eval-every", "0", "--run-dir", str(d), "--matmul-precision", "medium",
+                 *AGENT_FLAGS])
+    assert code == 0 and seen == ["medium"] * 3 and torch.get_float32_matmul_precision() == before
+    assert json.loads((d / "config.json").read_text())["run"]["matmul_precision"] == "medium"
+    code = main(["train", "mbpo", "--env", "Hopper-v5", "--dataset", hopper_dataset, "--model", str(model_run),
+                 "--run-dir", str(tmp_path / "bad"), "--matmul-precision", "bf16", *AGENT_FLAGS])
+    assert code == 2 and not (tmp_path / "bad").exists()
