@@ -128,6 +128,12 @@ class NeuBayConfig:
     """Subtract alpha log pi(a'|h') in the TD target (paper: on)."""
     real_weight: float = 0.05
     """w_real: weight of the real rows' mean loss against the imagined rows' (paper base 0.05; 0.05-0.8 per dataset)."""
+    bf16: bool = False
+    """Mixed precision of the update: its network passes under bfloat16 autocast (matrix products with bfloat16
+    inputs; hidden activations, LayerNorms and their gradients in bfloat16), parameters, optimizer states, the LRU
+    recurrence, the output layers (critic values, the actor's mean and log-std) and the losses in float32. Several
+    times faster on CPUs with AMX or AVX512-BF16 and on GPUs (experiments/model_based_speed); it changes what the
+    update computes by bfloat16's rounding (relative 2^-8). Acting and rollouts stay float32."""
 
     def __post_init__(self) -> None:
         try:
@@ -177,7 +183,9 @@ class ActorHead(nn.Module):
                                  nn.Linear(dims[-1], 2 * action_dim))
 
     def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.net(z).chunk(2, -1)  # [B,A] each
+        h = self.net[:-1](z)  # [B,h]
+        with torch.autocast(h.device.type, enabled=False):  # the output layer in float32 (NeuBayConfig.bf16)
+            mean, log_std = self.net[-1](h.float()).chunk(2, -1)  # [B,A] each
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
 
@@ -200,15 +208,24 @@ class CriticHeads(nn.Module):
         """``[E,B]`` values of features ``z [B,D]`` and actions ``[B,A]``; ``heads [M]``: only those heads, ``[M,B]``
         (the TD target's random subset, without computing the other heads)."""
         x = torch.cat([z, action], -1)  # [B,D+A]
+        if torch.is_autocast_enabled(x.device.type):  # cast once before the expand, not once per head
+            x = x.to(torch.get_autocast_dtype(x.device.type))
         last = len(self.layers) - 1
         for i, layer in enumerate(self.linears()):
             w, b = (layer.weight, layer.bias) if heads is None else (layer.weight[heads], layer.bias[heads])
-            x = torch.baddbmm(b, x.expand(w.shape[0], *x.shape) if x.dim() == 2 else x, w)  # [E,B,h]
-            if i < last:
-                scale, shift = self.ln_scale[i], self.ln_shift[i]  # [E,1,h]
-                if heads is not None:
-                    scale, shift = scale[heads], shift[heads]
-                x = F.leaky_relu(torch.addcmul(shift, F.layer_norm(x, x.shape[-1:]), scale), inplace=True)
+            if x.dim() == 2:
+                x = x.expand(w.shape[0], *x.shape)  # [E,B,in] (a view)
+            if i == last:
+                with torch.autocast(x.device.type, enabled=False):  # the values in float32 (NeuBayConfig.bf16)
+                    x = torch.baddbmm(b, x.float(), w)  # [E,B,1]
+                break
+            x = torch.baddbmm(b, x, w)  # [E,B,h]
+            scale, shift = self.ln_scale[i], self.ln_shift[i]  # [E,1,h]
+            if heads is not None:
+                scale, shift = scale[heads], shift[heads]
+            # the affine in the activations' dtype (bfloat16 under autocast: no float32 copy of [E,B,h])
+            x = F.leaky_relu(torch.addcmul(shift.to(x.dtype), F.layer_norm(x, x.shape[-1:]), scale.to(x.dtype)),
+                             inplace=True)
         return x.squeeze(-1)  # [E,B]
 
     def linears(self) -> list[EnsembleLinear]:
@@ -367,8 +384,12 @@ class NeuBay:
         return norms
 
     def update(self, batch: TapeBatch) -> dict[str, torch.Tensor]:
-        """One critic step (and target update), then one actor and one temperature step, on one tape batch.
-        Returns device tensors (no host sync)."""
+        """One critic step (and target update), then one actor and one temperature step, on one tape batch
+        (under bfloat16 autocast with ``bf16``). Returns device tensors (no host sync)."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16):
+            return self._update(batch)
+
+    def _update(self, batch: TapeBatch) -> dict[str, torch.Tensor]:
         c = self.config
         seq, start, pos = self.sequence(batch)
         mean, log_std = self.actor(self._encode(self.actor_encoder, seq, start))  # [S,A] each, with gradient

@@ -303,3 +303,16 @@ def test_critic_heads_of_a_subset_equal_those_heads_of_the_full_call():
     with torch.no_grad():
         full, part = algo.critic(z, a), algo.critic(z, a, heads)
     assert part.shape == (2, 6) and torch.allclose(part, full[heads], atol=1e-6)
+
+
+def test_bf16_update_computes_the_float32_losses_to_bfloat16_rounding_with_float32_outputs():
+    batches = [tape_batch(seed=s) for s in range(3)]
+    full, mixed = agent(), agent(bf16=True)
+    for b in batches:
+        ref, got = full.update(b), mixed.update(b)
+        for k in ("loss/critic", "loss/actor", "stats/q_mean"):
+            assert torch.isfinite(got[k]) and abs(float(got[k]) - float(ref[k])) <= 0.05 * abs(float(ref[k])) + 1e-3, k
+    assert all(p.dtype == torch.float32 for p in mixed.critic.parameters())
+    z, a = torch.randn(4, mixed.config.d_model), torch.rand(4, A) * 2 - 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert mixed.critic(z, a).dtype == torch.float32 and mixed.actor(z)[0].dtype == torch.float32

@@ -79,3 +79,17 @@ def test_the_scan_gradient_equals_autograd_through_the_step_by_step_recurrence()
         ga, gb = torch.autograd.grad(loss, (a0, b))
         assert torch.allclose(ga, ga_ref, atol=1e-10) and torch.allclose(gb, gb_ref, atol=1e-10)
         assert torch.autograd.gradcheck(linear_scan, (a, b))
+
+
+def test_the_blocked_scan_of_a_long_sequence_equals_the_recurrence():
+    torch.manual_seed(4)
+    T = 1000  # blocked (T >= 256), with padding (C = 32 does not divide 1000)
+    a = torch.rand(T, 2, 3) * torch.exp(1j * torch.rand(T, 2, 3) * 6)
+    a = a.to(torch.complex64)
+    a[::97] = 0  # restarts
+    b = torch.randn(T, 2, 3, dtype=torch.complex64)
+    h, ref = torch.zeros(2, 3, dtype=torch.complex64), []
+    for t in range(T):
+        h = a[t] * h + b[t]
+        ref.append(h)
+    assert torch.allclose(linear_scan(a, b), torch.stack(ref), atol=1e-5)
