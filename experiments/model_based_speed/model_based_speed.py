@@ -12,21 +12,25 @@ Workloads (every rate from the run's own metrics.jsonl rows: set-up and the fina
   ravl           ``train ravl --dataset halfcheetah-medium-v5 --model M`` for ``--mb-steps`` gradient steps (one
                  rollout round of 50,000 starts x 5 steps every 1000 steps, as in a real run; the first round, before
                  the first row, is out): gradient steps / second between the first and the last row
+  ravl_medium    the same with ``--matmul-precision medium`` (after tree only; against the before tree's ravl)
   mopo           the same with ``--preset mopo-halfcheetah-medium`` (h = 1, lambda = 1)
   neubay         ``train neubay --env Hopper-v5 --dataset <the first 10,000 rows of hopper-medium-v5> --model <a
                  7-member fit> --total-steps 300``: the process's wall seconds (the issue's bar: well inside 2
                  minutes) and gradient steps / second between the first and the last row
+  neubay_bf16    the same with ``--bf16`` (after tree only; against the before tree's neubay)
   neubay_losses  the same for ``--neubay-loss-steps`` steps, ``--threads 1``, a row every step, seed 0, once per tree:
                  the largest relative difference of loss/critic and loss/actor between the trees, step by step
   dynamics       ``train dynamics --dataset <the first 200,000 rows of halfcheetah-medium-v5> --total-steps 2``:
                  training rows / second of the second epoch (row 2's wall time minus row 1's)
 
-    python experiments/model_based_speed/model_based_speed.py --hc-model runs/d4rl/halfcheetah-medium-v5/dynamics \
-        [--before cd8d0c0] [--after HEAD] [--repeats 3] [--workloads ravl mopo neubay neubay_losses dynamics]
+    python experiments/model_based_speed/model_based_speed.py [--hc-model RUN] [--before cd8d0c0] [--after HEAD] \
+        [--repeats 3] [--workloads ravl ravl_medium mopo neubay neubay_bf16 neubay_losses dynamics]
 
-The halfcheetah model is a finished ``ctrl-rl train dynamics`` run on halfcheetah-medium-v5 (both trees load it).
-The NeuBay model is fitted once by the before tree (7 members, 20 epochs at most, on the 10k-row file) into
-``/tmp/ctrl_rl_ab/data``. Writes experiments/model_based_speed/model_based_speed.{json,md} (``--name``).
+``--hc-model`` is a finished ``ctrl-rl train dynamics`` run on halfcheetah-medium-v5 (both trees load it); without it
+a 7-member 3-epoch fit on the halfcheetah slice, made once by the before tree, serves (model quality does not change
+the work: HalfCheetah never terminates). The NeuBay model is fitted once by the before tree (7 members, 20 epochs at
+most, on the 10k-row file). Both models and the data slices live in ``/tmp/ctrl_rl_ab/data``.
+Writes experiments/model_based_speed/model_based_speed.{json,md} (``--name``).
 """
 
 from __future__ import annotations
@@ -45,8 +49,13 @@ from common import AB_TREES, ROOT, train, worktree, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 DATA = AB_TREES / "data"
-UNITS = {"ravl": "gradient steps/s", "mopo": "gradient steps/s", "neubay": "gradient steps/s",
-         "neubay_wall_s": "s (whole process, --total-steps 300)", "dynamics": "training rows/s (one epoch)"}
+# after-only settings -> the default workload whose before-runs they are compared with
+VARIANTS = {"ravl_medium": "ravl", "neubay_bf16": "neubay"}
+UNITS = {"ravl": "gradient steps/s", "ravl_medium": "gradient steps/s (--matmul-precision medium)",
+         "mopo": "gradient steps/s", "neubay": "gradient steps/s", "neubay_bf16": "gradient steps/s (--bf16)",
+         "neubay_wall_s": "s (whole process, --total-steps 300)",
+         "neubay_bf16_wall_s": "s (whole process, --total-steps 300, --bf16)",
+         "dynamics": "training rows/s (one epoch)"}
 
 
 def dataset_slice(src_id: str, rows: int) -> Path:
@@ -97,6 +106,19 @@ def mopo(tree: dict, a, seed: int, run_dir: Path) -> dict[str, float]:
     return {"mopo": rate(rows)}
 
 
+def ravl_medium(tree: dict, a, seed: int, run_dir: Path) -> dict[str, float]:
+    rows, _, _ = train(tree, "ravl", ["--env", "HalfCheetah-v5", "--dataset", "halfcheetah-medium-v5", "--model",
+                                      str(a.hc_model), "--total-steps", str(a.mb_steps), "--eval-every", "0",
+                                      "--eval-episodes", "1", "--log-every", "100", "--seed", str(seed),
+                                      "--matmul-precision", "medium"], run_dir)
+    return {"ravl_medium": rate(rows)}
+
+
+def neubay_bf16(tree: dict, a, seed: int, run_dir: Path) -> dict[str, float]:
+    rows, seconds, _ = train(tree, "neubay", [*neubay_args(a, a.neubay_steps, seed, 50), "--bf16"], run_dir)
+    return {"neubay_bf16": rate(rows), "neubay_bf16_wall_s": seconds}
+
+
 def neubay_args(a, steps: int, seed: int, log_every: int) -> list[str]:
     return ["--env", "Hopper-v5", "--dataset", str(a.hopper_file), "--model", str(a.hopper_model), "--total-steps",
             str(steps), "--eval-every", "0", "--eval-episodes", "1", "--log-every", str(log_every), "--seed", str(seed)]
@@ -113,6 +135,16 @@ def dynamics(tree: dict, a, seed: int, run_dir: Path) -> dict[str, float]:
     assert [r["step"] for r in rows] == [1, 2], rows
     train_rows = a.hc_rows - min(1000, int(0.2 * a.hc_rows))  # RAVL's holdout: min(20%, max_holdout 1000)
     return {"dynamics": train_rows / (rows[1]["wall_time"] - rows[0]["wall_time"])}
+
+
+def fit_hc_model(tree: dict, a) -> Path:
+    """A 7-member fit (the dynamics defaults, 3 epochs) on the halfcheetah slice, by ``tree``, once: the model the
+    speed runs imagine with (its quality does not change the work: HalfCheetah never terminates)."""
+    d = DATA / f"halfcheetah-7member-{tree['short']}"
+    if not (d / "model.pt").is_file():
+        train(tree, "dynamics", ["--env", "HalfCheetah-v5", "--dataset", str(a.hc_file), "--total-steps", "3",
+                                 "--min-epochs", "0"], d)
+    return d
 
 
 def fit_hopper_model(tree: dict, a) -> Path:
@@ -169,18 +201,20 @@ def main() -> None:
     ap.add_argument("--before", default="cd8d0c0")
     ap.add_argument("--after", default="HEAD")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--workloads", nargs="+", default=["ravl", "mopo", "neubay", "neubay_losses", "dynamics"],
-                    choices=["ravl", "mopo", "neubay", "neubay_losses", "dynamics"])
-    ap.add_argument("--hc-model", type=Path, help="a finished dynamics run on halfcheetah-medium-v5 (ravl, mopo)")
+    ap.add_argument("--workloads", nargs="+", default=["ravl", "ravl_medium", "mopo", "neubay", "neubay_bf16",
+                                                      "neubay_losses", "dynamics"],
+                    choices=["ravl", "ravl_medium", "mopo", "neubay", "neubay_bf16", "neubay_losses", "dynamics"])
+    ap.add_argument("--hc-model", type=Path, help="a finished dynamics run on halfcheetah-medium-v5 (ravl, mopo); "
+                    "default: a 3-epoch 7-member fit on the halfcheetah slice, made once by the before tree")
     ap.add_argument("--mb-steps", type=int, default=1500, help="gradient steps of every ravl/mopo run")
     ap.add_argument("--neubay-steps", type=int, default=300)
     ap.add_argument("--neubay-loss-steps", type=int, default=20)
     ap.add_argument("--hc-rows", type=int, default=200_000, help="rows of the dynamics workload's dataset")
     ap.add_argument("--name", default="model_based_speed")
     a = ap.parse_args()
-    if {"ravl", "mopo"} & set(a.workloads) and (a.hc_model is None or not (a.hc_model / "model.pt").is_file()):
-        raise SystemExit("--hc-model: expected a finished `ctrl-rl train dynamics` run on halfcheetah-medium-v5")
     if a.hc_model is not None:
+        if not (a.hc_model / "model.pt").is_file():
+            raise SystemExit("--hc-model: expected a finished `ctrl-rl train dynamics` run on halfcheetah-medium-v5")
         a.hc_model = a.hc_model.resolve()
     t_start = time.time()
     trees = {"before": worktree(a.before), "after": worktree(a.after)}
@@ -188,14 +222,19 @@ def main() -> None:
         print(f"{k}: {t['short']} {t['subject'][:70]} -> {t['ctrl_rl_file']}", flush=True)
     a.hopper_file = dataset_slice("hopper-medium-v5", 10_000)
     a.hc_file = dataset_slice("halfcheetah-medium-v5", a.hc_rows)
-    if {"neubay", "neubay_losses"} & set(a.workloads):
+    if {"neubay", "neubay_bf16", "neubay_losses"} & set(a.workloads):
         a.hopper_model = fit_hopper_model(trees["before"], a)
-    work = {"ravl": ravl, "mopo": mopo, "neubay": neubay, "dynamics": dynamics}
+    if {"ravl", "ravl_medium", "mopo"} & set(a.workloads) and a.hc_model is None:
+        a.hc_model = fit_hc_model(trees["before"], a)
+    work = {"ravl": ravl, "ravl_medium": ravl_medium, "mopo": mopo, "neubay": neubay, "neubay_bf16": neubay_bf16,
+            "dynamics": dynamics}
     runs: dict[str, dict[str, list[float]]] = {}
     loads = []
     for rep in range(a.repeats):
         for w in [w for w in a.workloads if w in work]:
             order = ("before", "after") if rep % 2 == 0 else ("after", "before")
+            if w in VARIANTS:  # a setting only the after tree has: compared with the before tree's default run
+                order = ("after",)
             for side in order:
                 loads.append(round(os.getloadavg()[0], 2))
                 figures = work[w](trees[side], a, rep, AB_TREES / "runs" / f"{w}_{side}")
@@ -213,9 +252,16 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "load_avg_1min": loads or [round(os.getloadavg()[0], 2)],
         "runs": runs,
-        "median": {k: {s: statistics.median(v[s]) for s in ("before", "after")} for k, v in runs.items()},
+        "median": {k: {s: statistics.median(v[s]) if v[s] else None for s in ("before", "after")}
+                   for k, v in runs.items()},
     }
-    payload["ratio_after_over_before"] = {k: m["after"] / m["before"] for k, m in payload["median"].items()}
+    for variant, base in VARIANTS.items():  # the variant's after-median against the base workload's before-median
+        for suffix in ("", "_wall_s"):
+            k, kb = variant + suffix, base + suffix
+            if k in payload["median"] and kb in payload["median"] and payload["median"][kb]["before"] is not None:
+                payload["median"][k]["before"] = payload["median"][kb]["before"]
+    payload["ratio_after_over_before"] = {k: m["after"] / m["before"] for k, m in payload["median"].items()
+                                          if m["before"] is not None}
     if "neubay_losses" in a.workloads:
         payload["neubay_losses"] = neubay_losses(trees, a)
     payload["wall_s"] = round(time.time() - t_start, 1)
