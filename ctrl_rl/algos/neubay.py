@@ -131,9 +131,9 @@ class NeuBayConfig:
     bf16: bool = False
     """Mixed precision of the update: its network passes under bfloat16 autocast (matrix products with bfloat16
     inputs; hidden activations, LayerNorms and their gradients in bfloat16), parameters, optimizer states, the LRU
-    recurrence, the output layers (critic values, the actor's mean and log-std) and the losses in float32. Several
-    times faster on CPUs with AMX or AVX512-BF16 and on GPUs (experiments/model_based_speed); it changes what the
-    update computes by bfloat16's rounding (relative 2^-8). Acting and rollouts stay float32."""
+    recurrence, the output layers (critic values, the actor's mean and log-std) and the losses in float32. 1.44x
+    the float32 update's gradient steps/s on this 2-core CPU with AMX (experiments/model_based_speed); it changes
+    what the update computes by bfloat16's rounding (relative 2^-8). Acting and rollouts stay float32."""
 
     def __post_init__(self) -> None:
         try:

@@ -338,8 +338,8 @@ class RunConfig:
     """Internal precision of float32 matrix multiplications (``torch.set_float32_matmul_precision``; tensors stay
     float32): ``highest`` computes in float32; ``medium`` rounds the inputs to bfloat16 and accumulates in float32
     where the hardware has a fast path (CPUs with AMX or AVX512-BF16, through oneDNN; CUDA GPUs); ``high`` uses
-    TF32 on CUDA GPUs (JAX's default there). Measured here: 1.3-1.6x gradient steps/s of NeuBay and RAVL on one
-    thread (experiments/model_based_speed). It changes every number the run computes."""
+    TF32 on CUDA GPUs (JAX's default there). Measured here: RAVL 1.55x gradient steps/s on two cores
+    (experiments/model_based_speed). It changes every number the run computes."""
     dataset: str | None = None
     """Offline data: a D4RL or ctrl_rl .hdf5 file, a generated dataset id (hopper-medium-v5) or a Minari id
     (cql, calql, iql train on it; rlpd, sac_flow_o2o and wsrl with --offline-ratio mix it into batches). Its actions
