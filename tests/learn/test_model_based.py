@@ -218,3 +218,26 @@ def test_matmul_precision_holds_during_the_run_only_and_is_recorded(model_run, h
     code = main(["train", "mbpo", "--env", "Hopper-v5", "--dataset", hopper_dataset, "--model", str(model_run),
                  "--run-dir", str(tmp_path / "bad"), "--matmul-precision", "bf16", *AGENT_FLAGS])
     assert code == 2 and not (tmp_path / "bad").exists()
+
+
+def test_the_true_simulator_takes_the_agents_units_where_the_bounds_are_not_unit():
+    import gymnasium as gym
+    import numpy as np
+
+    from ctrl_rl.learn.model_based import make_world
+
+    raw = gym.make("InvertedPendulum-v5").unwrapped  # action bounds +-3
+    raw.reset(seed=0)
+    qpos, qvel = raw.data.qpos.copy()[None].repeat(4, 0), raw.data.qvel.copy()[None].repeat(4, 0)
+
+    class Data:
+        infos = {"qpos": qpos, "qvel": qvel}
+
+    run = RunConfig(env="InvertedPendulum-v5", dataset="unused", seed=0)
+    world = make_world(run, FlatRolloutsLoopConfig(), None, "true", 1, torch.device("cpu"), torch.zeros(4, 4), Data)
+    assert world.spec.action_low == (-1.0,) and world.spec.action_high == (1.0,)
+    world.reset()
+    out = world.step(torch.tensor([[0.5]]))
+    raw.set_state(qpos[0], qvel[0])
+    want = raw.step(np.array([1.5], dtype=np.float32))[0]  # 0.5 of the agent's range is 1.5 in env units
+    np.testing.assert_allclose(out.final_obs[0].numpy(), want, rtol=1e-5, atol=1e-6)
