@@ -71,7 +71,15 @@ def read_fit(fit_dir: Path) -> dict | None:
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
     code = json.loads((fit_dir / "config.json").read_text()).get("code") or {}
     last = rows[-1]
-    return {"epochs": last["step"], "finished": (fit_dir / "model.pt").is_file(), "wall_time_s": last["wall_time"],
+    per_member = None
+    if (fit_dir / "model.pt").is_file():  # the kept weights' holdout MSE of every member, and which are elites
+        from ctrl_rl.learn.checkpoint import load_checkpoint
+
+        state = load_checkpoint(fit_dir / "model.pt")["state"]
+        per_member = {"holdout_mse": [float(x) for x in state["holdout_mse"]],
+                      "elites": [int(x) for x in state["elite_ids"]]}
+    return {"per_member": per_member, "epochs": last["step"], "finished": (fit_dir / "model.pt").is_file(),
+            "wall_time_s": last["wall_time"],
             "holdout_mse_best_elites": last.get("holdout_mse_best"), "calibration": last.get("calibration"),
             "holdout_mse_per_epoch": [r["holdout_mse_best"] for r in rows],
             "commit": (code.get("started") or {}).get("git")}
@@ -143,7 +151,9 @@ def markdown(p: dict) -> str:
                   f"{d.get('dataset_score', float('nan')):.1f}. Dynamics fit: {fit.get('epochs')} epochs, "
                   f"holdout MSE (best elites, standardised targets) {fit.get('holdout_mse_best_elites')}, "
                   f"calibration {fit.get('calibration')}, finished {fit.get('finished')}, "
-                  f"{(fit.get('wall_time_s') or 0) / 60:.1f} min.", "",
+                  f"{(fit.get('wall_time_s') or 0) / 60:.1f} min"
+                  + (f"; holdout MSE per member {[round(x, 5) for x in fit['per_member']['holdout_mse']]}, elites "
+                     f"{fit['per_member']['elites']}" if fit.get("per_member") else "") + ".", "",
                   f"| method | seeds | last step | share of the paper's steps | final IQM [95% CI] | IQM at "
                   f"{d['common_step']:,} steps [95% CI] | final IQM - dataset | commits |",
                   "|---|---|---|---|---|---|---|---|"]
