@@ -26,7 +26,7 @@ Shape letters: S sequence rows, N sequences, I input dim, D d_model, L layers, H
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -86,19 +86,19 @@ class _LinearScan(torch.autograd.Function):
     graph: the backward pass costs one scan instead of the log-depth graph of slices and products."""
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         h = _scan(a, b)
         ctx.save_for_backward(a, h)
         return h
 
     @staticmethod
-    def backward(ctx, *grads: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         (gh,) = grads
-        a, h = ctx.saved_tensors
+        a, h = cast(tuple[torch.Tensor, torch.Tensor], ctx.saved_tensors)
         c = torch.cat([a[1:].conj(), torch.zeros_like(a[:1])])  # [T,...]: c_t links g_t to g_{t+1}
         g = _scan(c.flip(0), gh.flip(0)).flip(0)  # [T,...]
         grad_a = None
-        if ctx.needs_input_grad[0]:
+        if cast(tuple[bool, bool], ctx.needs_input_grad)[0]:
             grad_a = torch.zeros_like(g)
             grad_a[1:] = g[1:] * h[:-1].conj()  # h_{-1} = 0
         return grad_a, g
@@ -108,7 +108,8 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``h_t = a_t * h_{t-1} + b_t`` with ``h_{-1} = 0`` along dim 0 of ``a``, ``b [T,...]`` (same shape and dtype,
     real or complex): a Hillis-Steele prefix scan, ceil(log2 T) steps of whole-tensor ops, whose gradient is one
     scan backwards in time (``_LinearScan``)."""
-    return _LinearScan.apply(a, b)
+    # torch stub gap: Function.apply is typed (...) -> Any
+    return cast(torch.Tensor, _LinearScan.apply(a, b))  # pyright: ignore[reportUnknownMemberType]
 
 
 class LRU(nn.Module):
