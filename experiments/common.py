@@ -163,3 +163,15 @@ def train(tree: dict, algo: str, args: list[str], run_dir: Path) -> tuple[list[d
         f"run in {tree['path']} recorded code {recorded!r}, expected {tree['sha'][:12]}")
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return rows, seconds, cpu
+
+
+def ab_report_head(p: dict, title: str) -> list[str]:
+    """The first lines of a same-run A/B report: ``# <title>: before X vs after Y``, then the two commits, repeats,
+    CPUs, date, script wall time and the load before the runs (``p`` holds ``before``, ``after``, ``setting``,
+    ``machine``, ``date``, ``wall_s``, ``load_avg_1min``)."""
+    b, a = p["before"], p["after"]
+    return [f"# {title}: before {b['short']} vs after {a['short']}", "",
+            f"before `{b['short']}` ({b['subject']}); after `{a['short']}` ({a['subject']}). "
+            f"{p['setting']['repeats']} interleaved repeats, {p['machine']['cpus']} CPUs, {p['date']}, "
+            f"script wall time {p['wall_s'] / 60:.1f} min, load average (1 min) before the runs "
+            f"{min(p['load_avg_1min'])}-{max(p['load_avg_1min'])}.", ""]

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import AB_TREES, ROOT, train, worktree, write_result  # noqa: E402
+from common import AB_TREES, ROOT, ab_report_head, train, worktree, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 DATA = AB_TREES / "data"
@@ -172,13 +172,7 @@ def neubay_losses(trees: dict, a) -> dict:
 
 
 def markdown(p: dict) -> str:
-    b, a = p["before"], p["after"]
-    s = p["setting"]
-    lines = [f"# Model-based workloads, same-run A/B: before {b['short']} vs after {a['short']}", "",
-             f"before `{b['short']}` ({b['subject']}); after `{a['short']}` ({a['subject']}). {s['repeats']} "
-             f"interleaved repeats, {p['machine']['cpus']} CPUs, {p['date']}, script wall time "
-             f"{p['wall_s'] / 60:.1f} min, load average (1 min) before the runs "
-             f"{min(p['load_avg_1min'])}-{max(p['load_avg_1min'])}.", "",
+    lines = [*ab_report_head(p, "Model-based workloads, same-run A/B"),
              "| workload | unit | before (median) | after (median) | after / before | per repeat before "
              "| per repeat after |", "|---|---|---|---|---|---|---|"]
     for w, m in p["median"].items():

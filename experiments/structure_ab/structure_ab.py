@@ -49,7 +49,7 @@ from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import AB_TREES, train, worktree, write_result  # noqa: E402
+from common import AB_TREES, ab_report_head, train, worktree, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
@@ -115,13 +115,7 @@ def iql(tree: dict, a: argparse.Namespace, seed: int, run_dir: Path, dataset: Pa
 # ----- report -----
 
 def markdown(payload: dict) -> str:
-    b, a = payload["before"], payload["after"]
-    s = payload["setting"]
-    lines = [f"# Same-run A/B: before {b['short']} vs after {a['short']}", "",
-             f"before `{b['short']}` ({b['subject']}); after `{a['short']}` ({a['subject']}). "
-             f"{s['repeats']} interleaved repeats, {payload['machine']['cpus']} CPUs, {payload['date']}, "
-             f"script wall time {payload['wall_s'] / 60:.1f} min, load average (1 min) before the runs "
-             f"{min(payload['load_avg_1min'])}-{max(payload['load_avg_1min'])}.", "",
+    lines = [*ab_report_head(payload, "Same-run A/B"),
              "| workload | unit | before (median) | after (median) | after / before | per repeat before "
              "| per repeat after | per-repeat ratios |",
              "|---|---|---|---|---|---|---|---|"]
