@@ -14,9 +14,10 @@ with ``lambda = exp(-exp(nu_log) + i exp(theta_log))`` (so ``|lambda| < 1``), ``
 ``start`` marks the rows where the recurrence restarts (hidden 0): the first row of each sequence in a batch of
 concatenated sequences.
 
-Implementation choice: the recurrence over a sequence runs as a log-depth parallel prefix scan over time
-(``linear_scan``, ceil(log2 S) steps of whole-sequence tensor ops, the form of the paper's
-``associative_scan``); ``step`` is the one-step recurrence, and ``step_real`` the same in real arithmetic (the
+Implementation choice: the recurrence over a whole sequence runs as a parallel scan over time (``linear_scan``:
+a Hillis-Steele prefix scan, the form of the paper's ``associative_scan``, for short sequences; for long ones
+blocks of about sqrt(S) rows scanned step by step all at once, then their carries; its gradient is the same
+scan backwards in time); ``step`` is the one-step recurrence, and ``step_real`` the same in real arithmetic (the
 real and imaginary parts in a last dim of 2: graphs without complex tensors, ONNX). All three agree to float
 rounding (tests/core/test_sequence.py).
 
@@ -106,8 +107,8 @@ class _LinearScan(torch.autograd.Function):
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``h_t = a_t * h_{t-1} + b_t`` with ``h_{-1} = 0`` along dim 0 of ``a``, ``b [T,...]`` (same shape and dtype,
-    real or complex): a Hillis-Steele prefix scan, ceil(log2 T) steps of whole-tensor ops, whose gradient is one
-    scan backwards in time (``_LinearScan``)."""
+    real or complex), by ``_scan`` (Hillis-Steele below 256 rows, blocked above), whose gradient is one scan
+    backwards in time (``_LinearScan``)."""
     # torch stub gap: Function.apply is typed (...) -> Any
     return cast(torch.Tensor, _LinearScan.apply(a, b))  # pyright: ignore[reportUnknownMemberType]
 
