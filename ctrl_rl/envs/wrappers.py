@@ -139,6 +139,18 @@ def rescaled_spec(spec: EnvSpec) -> EnvSpec:
                                action_high=tuple(1.0 if f else float("inf") for f in finite))
 
 
+def action_affine(spec: EnvSpec, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(finite, scale, bias)``, each ``[A]``, of the map from the agent's [-1, 1] to ``spec``'s bounds:
+    ``a_env = a * scale + bias`` where both bounds are finite (``finite``), ``scale`` 1 and ``bias`` 0 elsewhere.
+    ``ActionRescale`` applies it; ``storage.datasets.to_agent_units`` inverts it for dataset actions."""
+    low = torch.tensor(spec.action_low, dtype=dtype, device=device)  # [A]
+    high = torch.tensor(spec.action_high, dtype=dtype, device=device)  # [A]
+    finite = torch.isfinite(low) & torch.isfinite(high)
+    return (finite, torch.where(finite, (high - low) / 2, torch.ones_like(low)),
+            torch.where(finite, (high + low) / 2, torch.zeros_like(low)))
+
+
 class ActionRescale(Wrapper):
     """The agent acts in ``[-1, 1]^A``; actions are clipped there and mapped affinely to the env's bounds.
 
@@ -149,13 +161,8 @@ class ActionRescale(Wrapper):
         super().__init__(env)
         if env.spec.discrete:
             raise ValueError("ActionRescale applies to continuous action spaces only")
-        low = torch.tensor(env.spec.action_low, dtype=torch.float32, device=self.device)  # [A]
-        high = torch.tensor(env.spec.action_high, dtype=torch.float32, device=self.device)  # [A]
-        finite = torch.isfinite(low) & torch.isfinite(high)
-        self._finite = finite
-        self._all_finite = bool(finite.all())  # the usual case: one clamp, no per-dim select per step
-        self._scale = torch.where(finite, (high - low) / 2, torch.ones_like(low))
-        self._bias = torch.where(finite, (high + low) / 2, torch.zeros_like(low))
+        self._finite, self._scale, self._bias = action_affine(env.spec, torch.float32, self.device)  # [A] each
+        self._all_finite = bool(self._finite.all())  # the usual case: one clamp, no per-dim select per step
         self.spec = rescaled_spec(env.spec)
         assert len(self.spec.action_low) == env.spec.action_dim
 

@@ -113,7 +113,7 @@ def train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: b
     too), early stopping as ``cfg`` says. Every epoch checkpoints the fit (``fit``'s state), so a resumed run
     continues from its last finished epoch; ``max_iterations`` stops an unfinished fit after that many epochs as
     an interruption would (no model file; the result's ``algo`` is None). The ensemble's batched matmuls (members x
-    batch rows) run on every core the thread governor finds free (``RunContext``; 1.6x on two cores alone)."""
+    batch rows) run on every core the thread governor finds free (``RunContext``; 1.77x on two cores alone)."""
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
     loop = run.loop
@@ -456,7 +456,7 @@ def train_model_based(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume
         return TrainResult(Path(run_dir), 0, 0, float("nan"), 0.0, None)
     assert run.dataset is not None  # model_source refused a run without --dataset
     # threads governed like the on-policy loops: the agents' ensembles (RAVL's 10 critics, NeuBay's 2048-row tape
-    # batches) and the model's rollouts gain 1.5-1.9x from a second core alone (experiments/model_based_speed)
+    # batches) and the model's rollouts gain 1.5-1.8x from a second core alone (experiments/model_based_speed)
     with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
         spec = env_spec(run, algo_name, entry.continuous_only)
         # the data side first (dataset, model, buffer), then the seeded agent

@@ -16,6 +16,7 @@ import torch
 
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.registry import spec_of
+from ctrl_rl.envs.wrappers import action_affine
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets.loader import load_dataset
 from ctrl_rl.storage.datasets.offline import OfflineDataset
@@ -53,11 +54,7 @@ def to_agent_units(action: torch.Tensor, spec: EnvSpec, dataset: str, clip: bool
         return action, 0
     assert action.ndim == 2 and action.shape[1] == spec.action_dim, \
         f"expected dataset actions [S,{spec.action_dim}], got {tuple(action.shape)}"
-    low = torch.tensor(spec.action_low, dtype=torch.float64)  # [A]
-    high = torch.tensor(spec.action_high, dtype=torch.float64)  # [A]
-    finite = torch.isfinite(low) & torch.isfinite(high)  # [A]
-    half = torch.where(finite, (high - low) / 2, torch.ones_like(low))  # [A] ActionRescale's scale
-    mid = torch.where(finite, (high + low) / 2, torch.zeros_like(low))  # [A] ActionRescale's bias
+    finite, half, mid = action_affine(spec, torch.float64)  # [A] each: ActionRescale's map, inverted below
     agent = action if unit_bounds(spec) else ((action.double() - mid) / half).to(action.dtype)  # [S,A]
     bad = (agent.abs() > 1 + BOUNDS_TOLERANCE) & finite  # [S,A]
     rows = int(bad.any(1).sum())
@@ -85,11 +82,8 @@ def open_dataset(dataset: str, env_id: str, action_clip: float | None, clip_to_b
     through the ``qlearning`` view (exactly ``d4rl.qlearning_dataset``), a Minari or LeRobot dataset through its
     episodes; ``"trajectory"``: whole episodes of any source."""
     spec = spec_of(env_id)
-    if view == "qlearning":
-        ds = load_dataset(dataset, view="qlearning" if Path(dataset).is_file() else None, obs_dim=spec.obs_dim,
-                          action_dim=spec.action_dim)
-    else:
-        ds = load_dataset(dataset, view="trajectory", obs_dim=spec.obs_dim, action_dim=spec.action_dim)
+    source_view = None if view == "qlearning" and not Path(dataset).is_file() else view  # Minari/LeRobot: episodes
+    ds = load_dataset(dataset, view=source_view, obs_dim=spec.obs_dim, action_dim=spec.action_dim)
     ds.action, clipped = to_agent_units(ds.action, spec, dataset, clip_to_bounds)
     ds.metadata["action_units"] = "agent"
     ds.metadata["actions_clipped"] = clipped
