@@ -84,6 +84,18 @@ def runs_commit(run_dirs) -> str:
     return ", ".join(seen)
 
 
+def iqm_ci(values: dict[str, list[float]]) -> dict[str, dict]:
+    """rliable's IQM and its 95% stratified-bootstrap CI for each method's per-seed values (one task)."""
+    import numpy as np
+    from rliable import library as rly
+    from rliable import metrics
+
+    scores = {k: np.asarray(v, dtype=float).reshape(-1, 1) for k, v in values.items() if len(v) > 0}
+    point, ci = rly.get_interval_estimates(scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000)
+    return {k: {"iqm": float(point[k][0]), "ci95": [float(ci[k][0, 0]), float(ci[k][1, 0])], "seeds": len(values[k])}
+            for k in scores}
+
+
 def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:
     """`ctrl-rl data info PATH --env ENV --refs REFS` (episodes, return_mean, normalized_score, ...), or None when
     it fails."""

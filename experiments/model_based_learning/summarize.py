@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, dataset_info, write_result  # noqa: E402
+from common import ROOT, dataset_info, iqm_ci, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ENVS = {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "walker2d": "Walker2d-v5"}
@@ -89,18 +89,6 @@ def score_at(run: dict, step: int) -> float | None:
     """The score of the last evaluation at or before ``step``."""
     got = [s for t, s in zip(run["steps"], run["scores"]) if t <= step]
     return got[-1] if got else None
-
-
-def iqm_ci(values: dict[str, list[float]]) -> dict[str, dict]:
-    """rliable's IQM and its 95% stratified-bootstrap CI for each method's per-seed values (one task)."""
-    import numpy as np
-    from rliable import library as rly
-    from rliable import metrics
-
-    scores = {k: np.asarray(v, dtype=float).reshape(-1, 1) for k, v in values.items() if len(v) > 0}
-    point, ci = rly.get_interval_estimates(scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000)
-    return {k: {"iqm": float(point[k][0]), "ci95": [float(ci[k][0, 0]), float(ci[k][1, 0])], "seeds": len(values[k])}
-            for k in scores}
 
 
 def plot(payload: dict, path: Path) -> None:
