@@ -49,8 +49,11 @@ class ActionSpace:
     """One way of commanding the robot: a vector of ``dim`` values in ``[low, high]`` (the policy's units).
 
     ``kind`` says how a command becomes a target: ``"delta"`` adds ``command * step_scale`` per control step to the
-    current value (velocity actions in DROID's normalised form), ``"absolute"`` is the target itself (positions).
+    current value (velocity actions in DROID's normalised form), ``"absolute"`` is the target itself (positions), or
+    with ``step_scale`` and ``offset`` set, ``offset + step_scale * command`` (a legged robot's joint targets:
+    ``default pose + 0.3 * command``, as MuJoCo Playground's and Isaac Lab's joint position actions).
     ``units`` names each component's unit after scaling (``m``, ``rad``, ``1`` for the normalised gripper).
+    An export carries ``action_scale`` / ``action_offset`` from them (``scale``, ``offset``).
     """
 
     name: str
@@ -59,14 +62,19 @@ class ActionSpace:
     units: tuple[str, ...]
     kind: Literal["delta", "absolute"] = "absolute"
     step_scale: tuple[float, ...] = ()
-    """Per-component size of one control step at command 1 (``delta`` spaces): 0.075 m, 0.15 rad, ..."""
+    """Per-component size of one control step at command 1 (``delta`` spaces): 0.075 m, 0.15 rad, ...; for an
+    ``absolute`` space, the scale of ``offset + step_scale * command`` (empty: the command is the target)."""
     description: str = ""
+    offset: tuple[float, ...] = ()
+    """``absolute`` spaces with a ``step_scale``: the target at command 0 (a legged robot's default joint pose);
+    empty means zeros."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "low", _floats(self.low, f"action space {self.name!r} low"))
         object.__setattr__(self, "high", _floats(self.high, f"action space {self.name!r} high"))
         object.__setattr__(self, "units", tuple(str(u) for u in self.units))
         object.__setattr__(self, "step_scale", _floats(self.step_scale, f"action space {self.name!r} step_scale"))
+        object.__setattr__(self, "offset", _floats(self.offset, f"action space {self.name!r} offset"))
         _check_range(self.low, self.high, f"action space {self.name!r}")
         if len(self.units) != self.dim:
             raise UserInputError(f"action space {self.name!r} has {len(self.units)} units for {self.dim} components: "
@@ -76,10 +84,27 @@ class ActionSpace:
         if self.kind == "delta" and (len(self.step_scale) != self.dim or min(self.step_scale) <= 0):
             raise UserInputError(f"delta action space {self.name!r} has step_scale {list(self.step_scale)}: expected "
                                  f"{self.dim} positive sizes of one control step")
+        for what, v in (("step_scale", self.step_scale), ("offset", self.offset)):
+            if v and len(v) != self.dim:
+                raise UserInputError(f"action space {self.name!r} has {len(v)} {what} values for {self.dim} "
+                                     "components: expected none or one per component")
+        if self.offset and self.kind != "absolute":
+            raise UserInputError(f"action space {self.name!r} has an offset but kind {self.kind!r}: expected an "
+                                 "offset only on an 'absolute' space")
 
     @property
     def dim(self) -> int:
         return len(self.low)
+
+    @property
+    def scale(self) -> tuple[float, ...]:
+        """Per component: what command 1 adds (``delta``) or ``step_scale`` (``absolute``; 1 where none is given)."""
+        return self.step_scale or (1.0,) * self.dim
+
+    @property
+    def target_offset(self) -> tuple[float, ...]:
+        """Per component: the target at command 0 of an ``absolute`` space (0 where none is given; 0 for ``delta``)."""
+        return self.offset or (0.0,) * self.dim
 
 
 @dataclass(frozen=True)
@@ -105,14 +130,26 @@ class RobotSpec:
     workspace_high: tuple[float, float, float] = (1.0, 1.0, 1.0)
     action_spaces: tuple[ActionSpace, ...] = field(default_factory=tuple)
     default_action: str = ""
+    joint_stiffness: tuple[float, ...] = ()
+    """PD position gains (N m / rad) per joint where the robot's task defines them (a legged robot's joint
+    position servo); empty when the policy does not command joint targets through a PD loop."""
+    joint_damping: tuple[float, ...] = ()
+    """PD velocity gains (N m s / rad) per joint, with ``joint_stiffness``."""
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
         if n == 0:
             raise UserInputError(f"robot {self.name!r} has no joints: expected joint_names")
         for name in ("joint_pos_low", "joint_pos_high", "joint_vel_limit", "joint_effort_limit", "home",
-                     "workspace_low", "workspace_high"):
+                     "workspace_low", "workspace_high", "joint_stiffness", "joint_damping"):
             object.__setattr__(self, name, _floats(getattr(self, name), f"robot {self.name!r} {name}"))
+        for name in ("joint_stiffness", "joint_damping"):
+            v = getattr(self, name)
+            if v and (len(v) != n or min(v) < 0):
+                raise UserInputError(f"robot {self.name!r} {name} is {list(v)}: expected none or {n} gains >= 0")
+        if bool(self.joint_stiffness) != bool(self.joint_damping):
+            raise UserInputError(f"robot {self.name!r} gives only one of joint_stiffness and joint_damping: expected "
+                                 "both PD gains or neither")
         object.__setattr__(self, "joint_names", tuple(self.joint_names))
         _check_range(self.joint_pos_low, self.joint_pos_high, f"robot {self.name!r} joint position limits", n)
         for name in ("joint_vel_limit", "joint_effort_limit"):
