@@ -3,7 +3,7 @@ it can, which ids it shows, and which optional package it needs.
 
 A ``Backend`` is a frozen record of functions; ``register`` adds one under its name, and the registry
 (``envs/registry.py``: ``make_env``, ``spec_of``, ``list_envs``) reads ``BACKENDS`` only: it holds no backend name,
-prefix or id table of its own. The five built in, in the order ``ctrl-rl list envs`` shows them:
+prefix or id table of its own. The six built in, in the order ``ctrl-rl list envs`` shows them:
 
 =========  =====================  =================================================================================
 backend    prefixes               ``spec_of`` (the spec without ``make``)

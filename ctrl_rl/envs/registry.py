@@ -119,6 +119,11 @@ def _spec_of(env_id: str, backend: str, **kwargs: Any) -> EnvSpec:
         return chosen.spec_of(name, **kwargs, **options)
 
 
+def has_simulator(env_id: str) -> bool:
+    """Whether ``env_id`` can be built and stepped (False for a spec-only backend: ``robot:``, a real robot)."""
+    return _backend_of(split_env_options(env_id)[0], "auto")[0].simulator
+
+
 def resolve_backend(env_id: str) -> str:
     """The backend ("torch", "envpool", "gymnasium", "dmc", "manip") an id would be built with, without building it."""
     return _backend_of(split_env_options(env_id)[0], "auto")[0].name

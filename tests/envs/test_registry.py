@@ -13,7 +13,7 @@ import pytest
 from ctrl_rl.envs import spec_of as public_spec_of
 from ctrl_rl.envs.backends import BACKENDS, Backend, register
 from ctrl_rl.envs.protocol import RobotStateLayout
-from ctrl_rl.envs.registry import list_envs, make_env, resolve_backend, spec_of
+from ctrl_rl.envs.registry import has_simulator, list_envs, make_env, resolve_backend, spec_of
 from ctrl_rl.errors import UserInputError, did_you_mean
 
 # One id per backend (options included), the make_env keyword arguments, and the module each needs.
@@ -32,6 +32,7 @@ CASES = [
     ("dmc:walker-walk,max_episode_steps=30", {}, "dm_control"),
     ("manip:Lift", {}, "envpool_assets"),
     ("manip:Reach,action=joint_velocity,cameras=all,image_size=32x48,language=true", {}, "envpool_assets"),
+    ("robot:franka_droid,state=8,cameras=wrist_left,image_size=24x32,language=true", {}, None),
 ]
 
 
@@ -43,6 +44,11 @@ def _needs(module: str | None) -> None:
 @pytest.mark.parametrize(("env_id", "kwargs", "module"), CASES, ids=[c[0] + (",kw" if c[1] else "") for c in CASES])
 def test_spec_of_is_the_built_envs_spec(env_id, kwargs, module):
     _needs(module)
+    if not has_simulator(env_id):  # a spec-only backend (robot:): nothing to build, and make says so
+        with pytest.raises(UserInputError, match="without a simulator"):
+            make_env(env_id, num_envs=2, **kwargs)
+        assert spec_of(env_id, **kwargs).env_id == env_id
+        return
     env = make_env(env_id, num_envs=2, **kwargs)
     try:
         assert spec_of(env_id, **kwargs) == env.spec
