@@ -14,6 +14,7 @@ gymnasium  ``gym:``/``gymnasium:``  one unvectorized ``gymnasium.make`` env, rea
                                   entry has the time limit but not the spaces or ``dt``)
 dmc        ``dmc:``               one ``suite.load`` task, read and closed (dm_control has no lighter metadata)
 manip      ``manip:``             static: the task's config and the robot spec (``envs/manipulation/env.py``)
+robot      ``robot:``             static: a real robot's spec, no simulator (``envs/robot.py``; ``make`` refuses)
 =========  =====================  =================================================================================
 
 Adding an environment:
@@ -63,6 +64,8 @@ class Backend:
         requires: the module it needs (``None``: none beyond ctrl_rl's own); ``install`` says how to get it.
         static_spec: True when ``spec_of`` reads code and config only (no simulator, no ``requires`` package).
         bare_ids: whether an id without a prefix may resolve to it (envpool first, then gymnasium).
+        simulator: False for a backend that gives specs only (``robot:``, a real robot's spec for training on
+            its data): its ``make`` refuses, and the loops do not evaluate in it (``registry.has_simulator``).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Backend:
     install: str | None = None
     static_spec: bool = False
     bare_ids: bool = False
+    simulator: bool = True
 
     @property
     def prefix(self) -> str:
@@ -310,3 +314,28 @@ def _manip_tasks() -> tuple[str, ...]:
 
 register(Backend("manip", ("manip",), _manip_make, _manip_spec, _manip_tasks, _manip_tasks,
                  requires="mujoco", install="pip install mujoco", static_spec=True))
+
+
+# ---- a real robot's spec without a simulator (envs/robot.py) --------------------------------------------------------
+
+
+def _robot_make(name: str, num_envs: int, device: torch.device, seed: int, **options: Any) -> BatchedEnv:
+    from ctrl_rl.envs.robot import robot_make
+
+    return robot_make(name, num_envs, device, seed, **options)
+
+
+def _robot_spec(name: str, **options: Any) -> EnvSpec:
+    from ctrl_rl.envs.robot import robot_spec_env
+
+    return robot_spec_env(name, **options)
+
+
+def _robot_names() -> tuple[str, ...]:
+    from ctrl_rl.envs.robot import robot_names
+
+    return robot_names()
+
+
+register(Backend("robot", ("robot",), _robot_make, _robot_spec, _robot_names, _robot_names, static_spec=True,
+                 simulator=False))
