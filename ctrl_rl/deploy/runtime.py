@@ -18,7 +18,16 @@ One control tick (``ControlLoop.tick``):
 Latencies are kept per tick: the policy's inference alone and the whole tick without the wait (p50 / p99 in
 ``stats()``).
 
-``RobotInterface`` is what a real robot driver implements (docs/guides/export-deploy.md#deploying-on-a-robot);
+A policy may have no action for a tick (the policy server of ``ctrl-rl serve`` is unreachable, or its answer is
+late: ``deploy/client.py``): it raises ``PolicyUnavailable``, and the loop commands the safe action
+(``robot.stop()``) for that tick, logs the first tick of each outage and goes on when the policy answers again. A
+late answer counts as a missed deadline; an outage longer than ``max_outage`` seconds, or ``PolicyRefused``,
+makes a safe stop. A policy that keeps its own queue of chunk actions (``ActionStream``: the remote chunk policy,
+which asks for the next chunk before its queue runs dry) gives one action per tick.
+
+``RobotInterface`` is what a real robot driver implements (docs/guides/export-deploy.md#deploying-on-a-robot); it
+reads the robot from the export (``export_robot``: limits, rate, PD gains) and the safety filter's joint and
+end-effector positions from the observation at the export's slices (``robot_state``), with no task built;
 ``SimRobot`` is the
 simulator implementation over any ctrl_rl env (``make_env`` with one env, actions in the env's own units, i.e.
 without the training wrappers' rescaling: the export's output is already in those units).
@@ -26,6 +35,7 @@ without the training wrappers' rescaling: the export's output is already in thos
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -133,6 +143,32 @@ class SimRobot:
 
 
 # ------------------------------------------------------------------------------------------------ policy
+class PolicyUnavailable(Exception):
+    """No action for this tick: the policy is unreachable, or (``late``) its answer missed the tick's deadline.
+    The loop holds the robot (``robot.stop()``) for the tick."""
+
+    def __init__(self, message: str, late: bool = False):
+        super().__init__(message)
+        self.late = late
+
+
+class PolicyRefused(Exception):
+    """The policy will not answer this robot (a refused token or observation, another export): safe stop."""
+
+
+@runtime_checkable
+class ActionStream(Protocol):
+    """A policy of action chunks that keeps its own queue (``client.RemoteChunks``): one action per tick."""
+
+    def next_action(self, feed: Callable[[], dict[str, np.ndarray]], tick: int) -> np.ndarray:
+        """The action [A] for control tick ``tick``; ``feed()`` builds the observation's inputs when it asks."""
+        ...
+
+    def reset(self) -> None:
+        """An episode starts: drop the queued actions."""
+        ...
+
+
 class Prompter:
     """The instruction (an env's ``language`` part: UTF-8 bytes + 1, 0-padded) -> the prompt's token ids, as the
     exported VLA was trained: ``policy.json``'s ``language`` (template, tokenizer file, length, pad id)."""
@@ -169,6 +205,24 @@ class OnnxPolicy:
     def __call__(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         # onnxruntime types an output as any ONNX value (sparse tensor, sequence, map); an export's are dense tensors
         return cast(list[np.ndarray], self.session.run(None, inputs))
+
+
+def export_robot(meta: dict) -> RobotSpec | None:
+    """The robot spec an export carries (``policy.json``'s ``robot``: limits, rate, action spaces, PD gains), or None
+    for an export of an env without a robot; a robot-side process reads it here instead of building the task."""
+    return RobotSpec.from_dict(meta["robot"]) if meta.get("robot") else None
+
+
+def robot_state(meta: dict, parts: dict[str, np.ndarray]) -> RobotState:
+    """What the safety filter checks (joint and end-effector positions), read from an observation's ``state`` part
+    (``parts``: by input name, no batch dim) at the slices the export's ``deploy.observation`` layout names; a slice
+    the export does not name stays None."""
+    state = next((o for o in (meta.get("deploy") or {}).get("observation", []) if o["part"] == "state"), None)
+    if state is None or state["name"] not in parts:
+        return RobotState()
+    x = np.asarray(parts[state["name"]], dtype=np.float64).reshape(-1)
+    cols = {s["name"]: x[s["start"]:s["stop"]] for s in state.get("slices", [])}
+    return RobotState(joint_position=cols.get("joint_position"), ee_position=cols.get("ee_position"))
 
 
 def action_space_of(meta: dict, robot: RobotSpec | None) -> ActionSpace:
@@ -229,6 +283,8 @@ class LoopConfig:
     """An observation older than this (s) when the tick reads it is stale: safe stop."""
     max_misses: int = 3
     """This many missed deadlines in a row: safe stop."""
+    max_outage: float = 30.0
+    """A policy unreachable this long (s) makes a safe stop; until then every tick holds (``robot.stop()``)."""
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.rate) and self.rate >= 0):
@@ -238,12 +294,15 @@ class LoopConfig:
             raise UserInputError(f"invalid --max-obs-age {self.max_obs_age!r}: expected a positive number of seconds")
         if self.max_misses < 1:
             raise UserInputError(f"invalid --max-misses {self.max_misses!r}: expected an integer >= 1")
+        if not self.max_outage > 0:
+            raise UserInputError(f"invalid --max-outage {self.max_outage!r}: expected a positive number of seconds")
 
 
 class ControlLoop:
     """See the module docstring."""
 
-    def __init__(self, policy: Callable[[dict], list], meta: dict, robot: RobotInterface, safety: SafetyFilter | None,
+    def __init__(self, policy: Callable[[dict], list] | ActionStream, meta: dict, robot: RobotInterface,
+                 safety: SafetyFilter | None,
                  config: LoopConfig = LoopConfig(), log: Path | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  prompter: Prompter | None = None):
@@ -256,6 +315,8 @@ class ControlLoop:
         self.infer_ms: list[float] = []
         self.tick_ms: list[float] = []
         self.misses = self.ticks = self._missed_in_row = 0
+        self.held = self.outages = self.late = 0  # ticks without a policy action, outages, late answers
+        self._outage_since: float | None = None
         self.stop_reason: str | None = None
         self._seen: set[str] = set()
         self._log = open(log, "w") if log is not None else None
@@ -302,19 +363,36 @@ class ControlLoop:
             return False
         if obs.episode_start and self.safety is not None:
             self.safety.reset()
+        stream = self.policy if isinstance(self.policy, ActionStream) else None
         if obs.episode_start:
             self._queue = []
-        if self.chunk and self._queue:
-            out, raw = None, self._queue.pop(0)
-        else:
-            feed = self._feed(obs)
-            t0 = self.clock()
-            out = self.policy(feed)
-            self.infer_ms.append((self.clock() - t0) * 1e3)
-            raw = np.asarray(out[0])[0]
-            if self.chunk:  # [H,A]: send the first, keep the next execute_steps - 1
-                self._queue = list(raw[1: self.execute])
-                raw = raw[0]
+            if stream is not None:
+                stream.reset()
+        try:
+            if stream is not None:
+                t0 = self.clock()
+                out, raw = None, np.asarray(stream.next_action(lambda: self._feed(obs), self.ticks))
+                self.infer_ms.append((self.clock() - t0) * 1e3)
+            elif self.chunk and self._queue:
+                out, raw = None, self._queue.pop(0)
+            else:
+                feed = self._feed(obs)
+                t0 = self.clock()
+                out = cast(Callable[[dict], list], self.policy)(feed)
+                self.infer_ms.append((self.clock() - t0) * 1e3)
+                raw = np.asarray(out[0])[0]
+                if self.chunk:  # [H,A]: send the first, keep the next execute_steps - 1
+                    self._queue = list(raw[1: self.execute])
+                    raw = raw[0]
+        except PolicyUnavailable as e:
+            return self._hold(e, start)
+        except PolicyRefused as e:
+            self._safe_stop(f"policy refused: {e}")
+            return False
+        if self._outage_since is not None:
+            print(f"ctrl-rl deploy: the policy answers again at tick {self.ticks}, after "
+                  f"{self.clock() - self._outage_since:.2f} s", file=sys.stderr, flush=True)
+            self._outage_since = None
         if self.discrete:
             n = self.meta["action"]["n"]
             ok = np.isfinite(raw).all() and 0 <= int(raw) < n
@@ -335,28 +413,60 @@ class ControlLoop:
         end = self.clock()
         self.tick_ms.append((end - start) * 1e3)
         if self._log is not None:
-            self._log.write(json.dumps({"tick": self.ticks, "proposed": np.asarray(raw).tolist(),
+            self._log.write(json.dumps({"tick": self.ticks, "t": start, "proposed": np.asarray(raw).tolist(),
                                         "sent": np.asarray(command).tolist(), "reasons": reasons,
                                         "infer_ms": self.infer_ms[-1] if out is not None else 0.0,
                                         "tick_ms": self.tick_ms[-1]}) + "\n")
         self.ticks += 1
         return self._wait(end)
 
-    def _wait(self, end: float) -> bool:
-        if self.config.rate <= 0:
+    def _hold(self, e: PolicyUnavailable, start: float) -> bool:
+        """A tick without a policy action: the safe action, logged; a late answer is a missed deadline."""
+        self.robot.stop()
+        end = self.clock()
+        self.held += 1
+        self.late += e.late
+        if self._outage_since is None:
+            self._outage_since = start
+            self.outages += 1
+            print(f"ctrl-rl deploy: no action at tick {self.ticks} ({e}): commanding the safe action (robot.stop()) "
+                  "until the policy answers", file=sys.stderr, flush=True)
+        self.tick_ms.append((end - start) * 1e3)
+        if self._log is not None:
+            self._log.write(json.dumps({"tick": self.ticks, "t": start, "held": str(e), "late": e.late,
+                                        "tick_ms": self.tick_ms[-1]}) + "\n")
+        self.ticks += 1
+        if end - self._outage_since > self.config.max_outage:
+            self._safe_stop(f"no action from the policy for {end - self._outage_since:.1f} s > "
+                            f"{self.config.max_outage} s")
+            return False
+        if not e.late and self.config.rate <= 0:
+            self.sleep(0.01)  # as fast as possible, but no busy loop of probes while the policy is away
+        return self._wait(end, miss=e.late, count=e.late)
+
+    def _wait(self, end: float, miss: bool = False, count: bool = True) -> bool:
+        """Sleep to the next deadline. A tick that ended after it, or had a late answer (``miss``), is a missed
+        deadline, counted towards the watchdog unless ``count`` is False (a tick held while the policy is away)."""
+        late = False
+        if self.config.rate > 0:
+            period = 1.0 / self.config.rate
+            self._deadline = (self._deadline if self._deadline is not None else end) + period
+            late = end > self._deadline
+            if late:
+                self._deadline = end  # re-anchor: no burst of catch-up ticks after a late one
+            else:
+                self.sleep(self._deadline - end)
+        if not count:
             return True
-        period = 1.0 / self.config.rate
-        self._deadline = (self._deadline if self._deadline is not None else end) + period
-        if end > self._deadline:
+        if late or miss:
             self.misses += 1
             self._missed_in_row += 1
-            self._deadline = end  # re-anchor: no burst of catch-up ticks after a late one
             if self._missed_in_row >= self.config.max_misses:
-                self._safe_stop(f"{self._missed_in_row} missed deadlines in a row at {self.config.rate} Hz")
+                at = f" at {self.config.rate} Hz" if self.config.rate > 0 else " (late answers)"
+                self._safe_stop(f"{self._missed_in_row} missed deadlines in a row{at}")
                 return False
             return True
         self._missed_in_row = 0
-        self.sleep(self._deadline - end)
         return True
 
     def start(self) -> None:
@@ -371,7 +481,8 @@ class ControlLoop:
                                                    "inference_p99": pct(self.infer_ms, 99),
                                                    "tick_p50": pct(self.tick_ms, 50),
                                                    "tick_p99": pct(self.tick_ms, 99)},
-               "deadline_misses": self.misses, "safe_stop": self.stop_reason}
+               "deadline_misses": self.misses, "safe_stop": self.stop_reason,
+               "held_ticks": self.held, "outages": self.outages, "late_answers": self.late}
         if self.safety is not None:
             out["safety"] = self.safety.stats()
         return out
@@ -401,6 +512,19 @@ class DeployOptions:
     """Watchdog: missed deadlines in a row before a safe stop."""
     log: str | None = None
     """Write every tick (proposed and sent command, filter reasons, latencies) to this JSONL file."""
+    server: str | None = None
+    """HOST:PORT of a `ctrl-rl serve` of this export: ask it for the actions instead of running the export here."""
+    token: str | None = None
+    """The server's shared token (default: $CTRL_RL_TOKEN, else none)."""
+    timeout: float | None = None
+    """With --server: an answer later than this (s) is not used, the tick holds (default: one control period; 1 s at
+    --rate 0)."""
+    ask_ahead: float = 0.5
+    """With --server and a chunk export: ask for the next chunk when this fraction of a chunk's executed actions is
+    left in the queue (LeRobot's chunk_size_threshold)."""
+    max_outage: float = 30.0
+    """With --server: how long (s) the server may be unreachable, at the start (then deploy gives up) or during the
+    run (then a safe stop; until then every tick holds)."""
 
     def __post_init__(self) -> None:
         if not self.sim:
@@ -410,6 +534,12 @@ class DeployOptions:
             raise UserInputError(f"invalid --episodes {self.episodes!r}: expected a positive integer")
         if self.max_steps < 1:
             raise UserInputError(f"invalid --max-steps {self.max_steps!r}: expected a positive integer")
+        if self.timeout is not None and not (np.isfinite(self.timeout) and self.timeout > 0):
+            raise UserInputError(f"invalid --timeout {self.timeout!r}: expected a positive number of seconds")
+        if not 0 <= self.ask_ahead < 1:
+            raise UserInputError(f"invalid --ask-ahead {self.ask_ahead!r}: expected a fraction in [0, 1)")
+        if not self.max_outage > 0:
+            raise UserInputError(f"invalid --max-outage {self.max_outage!r}: expected a positive number of seconds")
 
 
 def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
@@ -417,20 +547,39 @@ def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
     from ctrl_rl.deploy.export import read_export
 
     meta = read_export(export_dir)
-    if "onnx" not in meta["files"]:
+    if not opts.server and "onnx" not in meta["files"]:
         raise UserInputError(f"{export_dir!r} has no policy.onnx: expected an export made with --format onnx "
                              "(the runtime runs onnxruntime)")
     robot = SimRobot(opts.sim, opts.seed)
+    client = None
     try:
         check_compatible(meta, robot.spec, robot.robot, opts.sim)
-        policy = OnnxPolicy(Path(export_dir) / meta["files"]["onnx"])
+        rate = opts.rate if opts.rate is not None else (meta.get("control_hz") or 15.0)
+        policy: Callable[[dict], list] | ActionStream
+        remote_stats: Callable[[], dict] | None = None
+        if opts.server:
+            from ctrl_rl.deploy.client import RemoteChunks, RemotePolicy, connect
+
+            sha = hashlib.sha256((Path(export_dir) / "policy.json").read_bytes()).hexdigest()
+            client, _ = connect(opts.server, sha, opts.token, opts.max_outage)
+            timeout = opts.timeout or (1.0 / rate if rate > 0 else 1.0)
+            chunk = int(meta["action"].get("chunk") or 0)
+            if chunk:
+                chunks = RemoteChunks(client, sha, timeout, int(meta["action"].get("execute_steps") or chunk),
+                                      opts.ask_ahead)
+                policy, remote_stats = chunks, chunks.stats
+            else:
+                policy = RemotePolicy(client, sha, timeout)
+        else:
+            policy = OnnxPolicy(Path(export_dir) / meta["files"]["onnx"])
         safety = None
         if meta["action"]["kind"] != "discrete":
-            safety = SafetyFilter(action_space_of(meta, robot.robot), robot.robot,
+            hw = export_robot(meta) or robot.robot  # the export's robot, as a robot without the task reads it
+            safety = SafetyFilter(action_space_of(meta, hw), hw,
                                   SafetyConfig(max_step_change=opts.max_step_change))
-        rate = opts.rate if opts.rate is not None else (meta.get("control_hz") or 15.0)
         prompter = Prompter(export_dir, meta["language"]) if meta.get("language") else None
-        loop = ControlLoop(policy, meta, robot, safety, LoopConfig(rate, opts.max_obs_age, opts.max_misses),
+        loop = ControlLoop(policy, meta, robot, safety,
+                           LoopConfig(rate, opts.max_obs_age, opts.max_misses, opts.max_outage),
                            Path(opts.log) if opts.log else None, prompter=prompter)
         try:
             loop.start()
@@ -444,6 +593,9 @@ def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
         return {"export": str(export_dir), "sim": opts.sim, "rate_hz": rate, "episodes": len(eps),
                 "return_mean": float(np.mean([e["return"] for e in eps])) if eps else None,
                 "length_mean": float(np.mean([e["length"] for e in eps])) if eps else None,
-                "success_rate": float(np.mean(succ)) if succ else None, **loop.stats()}
+                "success_rate": float(np.mean(succ)) if succ else None, **loop.stats(),
+                **({"server": {**client.stats(), **(remote_stats() if remote_stats else {})}} if client else {})}
     finally:
         robot.close()
+        if client is not None:
+            client.close()
