@@ -2,6 +2,8 @@
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
+    ctrl-rl train ALGO --dataset LEROBOT_DIR [--robot NAME] ...   (no --env: real-robot data, the robot's spec from
+                       the dataset's robot_type or --robot, no simulator and no evaluation)
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
     ctrl-rl export RUN_DIR_OR_CHECKPOINT [--format onnx pt2] [--out DIR]
     ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--log FILE]
@@ -208,9 +210,14 @@ def cmd_train(args: list[str]) -> int:
     if "trace_lambda" in {f.name for f in dataclasses.fields(cfg_cls)}:  # --lambda: `lambda` is a Python keyword
         rest = ["--trace-lambda" + a[len("--lambda"):] if a == "--lambda" or a.startswith("--lambda=") else a
                 for a in rest]
+    robot = _pop_value(rest, "--robot")  # a LeRobot dataset's robot when it trains without --env
+    rest = [t for i, t in enumerate(rest) if not (t == "--robot" or t.startswith("--robot=")
+                                                   or (i > 0 and rest[i - 1] == "--robot"))]
     _check_flags(rest, _flag_names(RunConfig, loop_cls, cfg_cls), prog)
 
     resume_dir = _pop_value(rest, "--resume")
+    if resume_dir is not None and robot is not None:
+        raise UserInputError("--robot cannot change when resuming: expected the resumed run's own robot")
     if resume_dir is not None:
         from ctrl_rl.learn.checkpoint import load_checkpoint
         from ctrl_rl.learn.rundir import check_resume_dir
@@ -268,7 +275,10 @@ def cmd_train(args: list[str]) -> int:
     parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run_d, run_d.loop, cfg_d), prog)
     run, cfg = dataclasses.replace(parsed.run, loop=parsed.loop), parsed.algo
     if run.dataset is not None and "env" not in _given(rest) and "env" not in run_defaults:
-        run = dataclasses.replace(run, env=_env_of_dataset(run.dataset))
+        run = dataclasses.replace(run, env=_env_of_dataset(run.dataset, robot))
+    elif robot is not None:
+        raise UserInputError(f"--robot {robot} names the robot of a LeRobot --dataset trained on without a "
+                             "simulator: expected --dataset DIR and no --env (an env brings its own robot)")
     if run.scale_envs > 1:
         if entry.scale_envs is None:
             raise UserInputError("--scale-envs applies to algorithms with a co-scaling rule (ppo): "
@@ -286,10 +296,18 @@ def cmd_train(args: list[str]) -> int:
     return _run_training(algo, run, cfg, run_dir, resume=False, restartable=restartable)
 
 
-def _env_of_dataset(dataset: str) -> str:
-    """The env a dataset was recorded in (its record, Minari spec or D4RL file name), for runs without --env."""
+def _env_of_dataset(dataset: str, robot: str | None = None) -> str:
+    """The env a dataset was recorded in (its record, Minari spec or D4RL file name), for runs without --env; for a
+    LeRobot dataset (real-robot data) the robot's spec without a simulator, ``robot:<name>``."""
     from ctrl_rl.storage.datasets import infer_env_id
+    from ctrl_rl.storage.datasets.envdata import robot_of_dataset
+    from ctrl_rl.storage.datasets.loader import is_lerobot
 
+    if is_lerobot(dataset):
+        return robot_of_dataset(dataset, robot)
+    if robot is not None:
+        raise UserInputError(f"--robot {robot} applies to a LeRobot dataset (a directory holding meta/info.json): "
+                             f"expected --env ID for the dataset {dataset!r}")
     env = infer_env_id(dataset)
     if env is None:
         raise UserInputError(f"--env is needed: the dataset {dataset!r} does not name the env it was recorded in "

@@ -47,13 +47,13 @@ def _image_size(text: Any, env_id: str) -> tuple[int, int]:
 
 
 def robot_spec_env(name: str, action: str | None = None, state: int | None = None, cameras: str | None = None,
-                   image_size: Any = "48x64", language: bool = False, joint_state: bool = True) -> EnvSpec:
+                   image_size: Any = None, language: bool = False, joint_state: bool = True) -> EnvSpec:
     """The spec of ``robot:<name>`` with its options (module docstring)."""
     robot = get_robot(name)
     opts = [f"action={action}"] if action else []
     opts += [f"state={state}"] if state is not None else []
     opts += [f"cameras={cameras}"] if cameras else []
-    opts += [f"image_size={image_size}"] if cameras and image_size != "48x64" else []
+    opts += [f"image_size={image_size}"] if cameras and image_size is not None else []
     opts += ["language=true"] if language else []
     opts += ["joint_state=false"] if not joint_state else []
     env_id = ",".join([f"{PREFIX}:{name}", *opts])
@@ -67,7 +67,7 @@ def robot_spec_env(name: str, action: str | None = None, state: int | None = Non
     if len(set(names)) != len(names):
         raise UserInputError(f"env id {env_id!r} names a camera twice ({names}): expected distinct cameras")
     if names:
-        h, w = _image_size(image_size, env_id)
+        h, w = _image_size(image_size or "48x64", env_id)
         parts += [ObsPart(f"image/{c}", (3, h, w), torch.uint8) for c in names]
     if language:
         parts.append(ObsPart("language", (LANGUAGE_LEN,), torch.int64))

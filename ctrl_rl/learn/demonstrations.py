@@ -11,6 +11,10 @@ this one (its SFT anchor):
 - a ``manip:`` env id without ``cameras=``, ``image_size=`` or ``language=`` gets the loop's ``--cameras``,
   ``--image-size`` and ``language=true`` (the resolved id is saved, so evaluation and export see the same
   observation);
+- without a simulator (real-robot data: ``robot:<name>``, which the CLI picks from the dataset's ``robot_type`` or
+  ``--robot`` when no ``--env`` is given) the id is completed from the dataset (``storage.datasets.envdata.
+  robot_env_id``: the state's width, the cameras among its videos, the image size, an instruction), the policy's
+  ``--proprio-columns`` left at the manipulation tasks' default become the whole state, and nothing is evaluated;
 - the demonstrations are read for the model's cameras, image size, chunk and proprioception
   (``VLAModel.load_demos``);
 - ``--init RUN`` starts from another VLA run's policy (one of the entry's ``init_from``; the policy's shape fields
@@ -29,14 +33,16 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.envs.registry import has_simulator, spec_of
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import read_init
 from ctrl_rl.learn.config import DemonstrationsLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.offline import env_spec, run_updates
 from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainResult, load_state
+from ctrl_rl.storage.datasets.envdata import robot_env_id
 from ctrl_rl.vla.data import Demos
-from ctrl_rl.vla.model import DemonstrationLearner
+from ctrl_rl.vla.model import DROID_PROPRIO, DemonstrationLearner
 
 
 def complete_env_id(env: str, cameras: str, image_size: str) -> str:
@@ -66,7 +72,13 @@ def prepare(entry, run: RunConfig, cfg, resume: bool) -> tuple[RunConfig, Any, I
                              "--format lerobot)")
     loop = run.loop
     assert isinstance(loop, DemonstrationsLoopConfig)
-    run = dataclasses.replace(run, env=complete_env_id(run.env, loop.cameras, loop.image_size))
+    env = complete_env_id(run.env, loop.cameras, loop.image_size)
+    if not has_simulator(env) and not resume:  # a real robot: its spec completed from the demonstrations
+        env = robot_env_id(env, str(run.dataset), loop.state_key, loop.cameras, loop.image_size, language=True)
+        width = spec_of(env).obs_dim
+        if getattr(cfg, "proprio_columns", None) == DROID_PROPRIO and loop.init is None:
+            cfg = dataclasses.replace(cfg, proprio_columns=f"0:{width}")  # the robot's state is the proprioception
+    run = dataclasses.replace(run, env=env)
     init = None
     if loop.init is not None and not resume:
         cfg, state, path = read_init(entry, cfg, loop.init)

@@ -11,7 +11,10 @@ reward scale, Cal-QL's Monte-Carlo returns); its record (e.g. the reward scale) 
 
 One iteration is one gradient step (``--total-steps`` counts gradient steps here). Every ``--eval-every``
 steps (and at the end) the deterministic policy runs ``--eval-episodes`` episodes in ``--env``; the metrics
-hold the mean return and its normalized score with the reference table named.
+hold the mean return and its normalized score with the reference table named. A LeRobot dataset of a real robot
+trains without a simulator: the env is ``robot:<name>`` (the CLI takes it from the dataset's ``robot_type`` or
+``--robot``), completed with the state's width (``storage.datasets.envdata.robot_env_id``), its actions the
+dataset's keys of the robot's action space, and nothing is evaluated.
 
 The same loop runs the offline pre-training phase of an offline-to-online algorithm (its entry's
 ``pretrain_step`` in place of the update; ``train_offline(..., update_step=...)``).
@@ -19,18 +22,21 @@ The same loop runs the offline pre-training phase of an offline-to-online algori
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Protocol
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.protocols import Algorithm, Scheduled
+from ctrl_rl.envs.registry import has_simulator
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
 from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainResult, load_state, training_spec
 from ctrl_rl.storage.datasets import open_dataset, to_replay
+from ctrl_rl.storage.datasets.envdata import robot_env_id
 
 
 def env_spec(run: RunConfig, algo_name: str, continuous_only: bool):
@@ -54,6 +60,9 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
         raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl "
                              ".hdf5 file, a generated dataset id or a Minari dataset id")
     step_fn = update_step or entry.update_step
+    if not resume:  # a real robot without a simulator (robot:<name>): its state width from the dataset
+        run = dataclasses.replace(run, env=robot_env_id(run.env, run.dataset))
+    assert run.dataset is not None  # checked above
     with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
         spec = env_spec(run, algo_name, entry.continuous_only)
         ds = open_dataset(run.dataset, run.env, loop.clip_actions, run.clip_dataset_actions)
@@ -98,6 +107,7 @@ def run_updates(ctx: RunContext, algo: Algorithm, update, step: int, last_return
     run = ctx.run
     total = run.total_steps
     scheduled = isinstance(algo, Scheduled)
+    simulated = has_simulator(run.env)  # a real robot's spec (robot:<name>) has nothing to evaluate in
 
     def checkpoint() -> None:
         extra = rounds.state() if rounds is not None else {}
@@ -115,7 +125,7 @@ def run_updates(ctx: RunContext, algo: Algorithm, update, step: int, last_return
         info = update()
         step += 1
         done += 1
-        evaluate = (run.eval_every > 0 and step % run.eval_every == 0) or step == total
+        evaluate = simulated and ((run.eval_every > 0 and step % run.eval_every == 0) or step == total)
         postfix = None
         if step % run.log_every == 0 or evaluate:
             vals = ctx.floats(info)

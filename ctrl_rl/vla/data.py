@@ -12,8 +12,9 @@ Shape letters: S frames in all, K episodes, H chunk length, A action dim, P prop
 - proprioception: ``observation.state`` (DROID: 7 joint positions + gripper), or the keys of ``state_key``
   joined by + (e.g. ``observation.state+observation.environment_state`` for a privileged-state check), ``[S,P]``;
 - actions: ``action_key``, else the env's own ``action.env`` when the dataset has it (ctrl_rl's scripted data),
-  else for a cartesian-velocity robot ``action.cartesian_velocity`` + ``action.gripper_velocity``, else
-  ``action``; its width must be the env's action dimension;
+  else the keys of DROID's port that hold the robot action space's vector (``storage.datasets.lerobot.robot``:
+  ``action.cartesian_velocity`` + ``action.gripper_velocity`` for ``cartesian_velocity``, ...), else ``action`` for
+  a dataset outside DROID's vocabulary; its width must be the env's action dimension;
 - the chunk of frame t: the actions of frames ``t .. t+H-1`` of its episode, the last action repeated past the
   episode's end (the robot holds its final command);
 - outcome: ``is_episode_successful`` (or the other keys ``storage.datasets.lerobot.episode_success`` reads),
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.robots.spec import DROID_CAMERA_NAMES
 from ctrl_rl.storage.datasets.lerobot import episode_success, read_lerobot
+from ctrl_rl.storage.datasets.lerobot.robot import action_keys, given_keys
 
 STATE_KEY = "observation.state"
 ENV_STATE_KEY = "observation.environment_state"
@@ -104,22 +106,10 @@ def split_rows(batch: dict, parts: int) -> list[dict]:
     return [{k: part(v, i) for k, v in batch.items()} for i in range(parts)]
 
 
-def _action_key(features: dict, given: str | None, action_space: str) -> list[str]:
-    numeric = {k for k, ft in features.items() if ft["dtype"] not in ("video", "string")}
+def _action_key(features: dict, given: str | None, action_space: str, width: int, source: str) -> list[str]:
     if given is not None:
-        keys = given.split("+")
-        missing = [k for k in keys if k not in numeric]
-        if missing:
-            raise UserInputError(f"the dataset has no numeric feature {missing[0]!r} for --action-key: expected one "
-                                 f"of {sorted(k for k in numeric if k.startswith('action'))}")
-        return keys
-    if "action.env" in numeric:
-        return ["action.env"]
-    if action_space == "cartesian_velocity" and {"action.cartesian_velocity", "action.gripper_velocity"} <= numeric:
-        return ["action.cartesian_velocity", "action.gripper_velocity"]
-    if "action" in numeric:
-        return ["action"]
-    raise UserInputError("the dataset has no action feature: expected 'action' or --action-key naming one")
+        return given_keys(features, given, source)
+    return action_keys(features, action_space, width, source)[0]
 
 
 def _video_key(cam: str, video_keys: Sequence[str]) -> str | None:
@@ -142,7 +132,7 @@ def load_demos(path: str | Path, cameras: Sequence[str], image_hw: tuple[int, in
         if key not in data.features or data.features[key]["dtype"] in ("video", "string"):
             raise UserInputError(f"{source} has no numeric feature {key!r} for the proprioception: expected "
                                  f"{STATE_KEY!r} or --state-key naming the dataset's keys joined by +")
-    keys = _action_key(data.features, action_key, action_space)
+    keys = _action_key(data.features, action_key, action_space, action_dim, source)
     video = {}
     for cam in cameras:
         key = _video_key(cam, data.video_keys)

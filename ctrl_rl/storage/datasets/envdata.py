@@ -18,7 +18,7 @@ from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.envs.wrappers import action_affine
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.storage.datasets.loader import load_dataset
+from ctrl_rl.storage.datasets.loader import is_lerobot, load_dataset
 from ctrl_rl.storage.datasets.offline import OfflineDataset
 
 BOUNDS_TOLERANCE = 1e-6
@@ -80,13 +80,98 @@ def open_dataset(dataset: str, env_id: str, action_clip: float | None, clip_to_b
     (``to_agent_units`` with the env's own bounds; ``clip_to_bounds``: ``--clip-dataset-actions``), then clipped to
     +-``action_clip`` (the loop's ``--clip-actions``, inside tanh's open range). ``view="qlearning"``: a file
     through the ``qlearning`` view (exactly ``d4rl.qlearning_dataset``), a Minari or LeRobot dataset through its
-    episodes; ``"trajectory"``: whole episodes of any source."""
+    episodes; ``"trajectory"``: whole episodes of any source. A LeRobot dataset's action feature is the one that
+    holds the env's robot action space (``lerobot_action_key``)."""
     spec = spec_of(env_id)
     source_view = None if view == "qlearning" and not Path(dataset).is_file() else view  # Minari/LeRobot: episodes
-    ds = load_dataset(dataset, view=source_view, obs_dim=spec.obs_dim, action_dim=spec.action_dim)
+    key = lerobot_action_key(dataset, spec) if is_lerobot(dataset) else None
+    ds = load_dataset(dataset, view=source_view, obs_dim=spec.obs_dim, action_dim=spec.action_dim, action_key=key)
     ds.action, clipped = to_agent_units(ds.action, spec, dataset, clip_to_bounds)
     ds.metadata["action_units"] = "agent"
     ds.metadata["actions_clipped"] = clipped
     if action_clip is not None:
         ds.action.clamp_(-action_clip, action_clip)
     return ds
+
+
+def lerobot_action_key(dataset: str, spec: EnvSpec) -> str:
+    """The action feature(s) of the LeRobot dataset ``dataset`` that hold ``spec``'s actions, joined by +
+    (``storage.datasets.lerobot.robot.action_keys``: ``action.cartesian_velocity+action.gripper_velocity`` for
+    DROID's cartesian velocity, ``action`` outside DROID's vocabulary)."""
+    from ctrl_rl.storage.datasets.lerobot import read_lerobot
+    from ctrl_rl.storage.datasets.lerobot.robot import action_keys
+
+    data = read_lerobot(dataset)
+    return "+".join(action_keys(data.features, spec.action_space_name or "", spec.action_dim,
+                                f"LeRobot dataset {data.root}")[0])
+
+
+def robot_env_id(env_id: str, dataset: str, state_key: str = "observation.state", cameras: str | None = None,
+                 image_size: str | None = None, language: bool = False) -> str:
+    """A ``robot:<name>`` id (a real robot without a simulator, ``envs/robot.py``) completed from the LeRobot
+    dataset it trains on: ``state=`` the width of ``state_key`` (keys joined by +), and for a VLA the ``cameras``
+    (names or the manipulation tasks' aliases joined by +, each a video of the dataset, ``all``: every video; a
+    DROID port name is written as the env's camera name, ``exterior_1_left`` -> ``exterior_image_1_left``), the
+    ``image_size`` and ``language=true``. Any other id, or one that already has ``state=``, is returned as it is."""
+    from ctrl_rl.envs.registry import has_simulator, split_env_options
+
+    base, options = split_env_options(env_id)
+    if has_simulator(env_id) or "state" in options:
+        return env_id
+    from ctrl_rl.envs.manipulation.config import CAMERA_ALIASES
+    from ctrl_rl.robots.spec import DROID_CAMERA_NAMES
+    from ctrl_rl.storage.datasets.lerobot import read_lerobot
+    from ctrl_rl.storage.datasets.lerobot.robot import numeric_widths
+
+    data = read_lerobot(dataset)
+    source = f"LeRobot dataset {data.root}"
+    widths = numeric_widths(data.features)
+    keys = state_key.split("+")
+    missing = [k for k in keys if k not in widths]
+    if missing:
+        raise UserInputError(f"{source} has no numeric feature {missing[0]!r} for the robot's state: expected "
+                             "observation.state or --state-key naming the dataset's keys joined by +")
+    extra: dict[str, str] = {"state": str(sum(widths[k] for k in keys))}
+    if cameras is not None:
+        videos = [k.removeprefix("observation.images.") for k in data.video_keys]
+        port_to_env = {v: k for k, v in DROID_CAMERA_NAMES.items()}
+        names = videos if cameras == "all" else [CAMERA_ALIASES.get(c, c) for c in cameras.split("+") if c]
+        chosen = []
+        for name in names:
+            port = DROID_CAMERA_NAMES.get(name, name)
+            if port not in videos:
+                raise UserInputError(f"{source} has no camera {name!r} for --cameras: expected names or aliases of "
+                                     f"its videos {videos or '(it has none)'}, or all")
+            chosen.append(port_to_env.get(port, port))
+        if not chosen:
+            raise UserInputError(f"{source}: --cameras {cameras!r} chooses no camera: expected at least one of "
+                                 f"{videos}")
+        extra["cameras"] = "+".join(chosen)
+        if image_size:
+            extra["image_size"] = image_size
+    if language:
+        extra["language"] = "true"
+    given = [f"{k}={v}" for k, v in options.items()]
+    return ",".join([base, *given, *(f"{k}={v}" for k, v in extra.items() if k not in options)])
+
+
+def robot_of_dataset(dataset: str, robot: str | None = None) -> str:
+    """The env id of a run on the LeRobot dataset ``dataset`` without ``--env``: ``robot:<name>`` of ``robot``
+    (``--robot``), else of the robot its ``robot_type`` names (``"Franka"`` -> ``franka_droid``,
+    ``storage.datasets.lerobot.robot.robot_of``); one sentence when neither names a known robot."""
+    from ctrl_rl.envs.robot import PREFIX
+    from ctrl_rl.robots.spec import ROBOTS, get_robot
+    from ctrl_rl.storage.datasets.lerobot import read_lerobot
+    from ctrl_rl.storage.datasets.lerobot.robot import robot_of
+
+    if robot is not None:
+        get_robot(robot)  # an unknown name: one sentence listing the known ones
+        return f"{PREFIX}:{robot}"
+    data = read_lerobot(dataset)
+    name = robot_of(data.robot_type)
+    if name is None:
+        raise UserInputError(f"LeRobot dataset {data.root} records robot_type {data.robot_type!r}, which names no "
+                             f"robot known here, and neither --robot nor --env is given: expected --robot NAME (one "
+                             f"of {sorted(ROBOTS)}) to train without a simulator, or --env ID to train and evaluate "
+                             "in one")
+    return f"{PREFIX}:{name}"

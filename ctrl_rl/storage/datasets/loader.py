@@ -33,7 +33,7 @@ _D4RL_NAME = re.compile(rf"({'|'.join(V5_TASKS)})[-_](random|medium|expert|mixed
 
 def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_on_end: bool = False,
                  max_episode_steps: int | None = None, obs_dim: int | None = None, action_dim: int | None = None,
-                 minari_root: str | Path | None = None) -> OfflineDataset:
+                 minari_root: str | Path | None = None, action_key: str | None = None) -> OfflineDataset:
     """Load a dataset from a path or a Minari id and validate it (against ``obs_dim``/``action_dim`` if given).
 
     * an HDF5 file: ctrl_rl's own format when it carries the ``ctrl_rl`` record, else a D4RL file; ``view``
@@ -45,13 +45,14 @@ def load_dataset(path_or_id: str | Path, view: View | None = None, *, terminate_
       view is the trajectory view; ``view="qlearning"`` and the D4RL-only options are refused.
     * a LeRobot dataset directory (``meta/info.json``, v3.0 or v2.x; ``lerobot.load_lerobot``): the
       ``observation.state`` vector and ``action``, rewards and terminals where the dataset has them. Its next
-      observations are the next frames, so it too has the trajectory view only.
+      observations are the next frames, so it too has the trajectory view only. ``action_key`` names its action
+      feature (keys joined by +; default ``action``).
     """
     kind, where, root = _locate(path_or_id, minari_root)
     if kind == "minari":
         return _minari(str(where), root, view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
     if kind == "lerobot":
-        return _lerobot(Path(where), view, terminate_on_end, max_episode_steps, obs_dim, action_dim)
+        return _lerobot(Path(where), view, terminate_on_end, max_episode_steps, obs_dim, action_dim, action_key)
     f = read_d4rl(where, obs_dim, action_dim)
     meta = read_meta(f)
     ds = make_view(f, view or "qlearning", terminate_on_end, max_episode_steps)
@@ -145,13 +146,19 @@ def _locate(path_or_id: str | Path, minari_root: str | Path | None
                          f"{datasets_root(minari_root)}: expected a D4RL or ctrl_rl .hdf5 path or a local Minari id")
 
 
-def _lerobot(path: Path, view, terminate_on_end, max_episode_steps, obs_dim, action_dim) -> OfflineDataset:
+def is_lerobot(path_or_id: str | Path) -> bool:
+    """Whether ``path_or_id`` is a LeRobot dataset directory (holding ``meta/info.json``)."""
+    return (Path(str(path_or_id)).expanduser() / "meta" / "info.json").is_file()
+
+
+def _lerobot(path: Path, view, terminate_on_end, max_episode_steps, obs_dim, action_dim,
+             action_key: str | None = None) -> OfflineDataset:
     from ctrl_rl.storage.datasets.lerobot import load_lerobot
 
     if view == "qlearning" or terminate_on_end or max_episode_steps is not None:
         raise UserInputError(f"LeRobot dataset {str(path)!r} stores whole episodes: expected the trajectory view "
                              "without terminate_on_end or max_episode_steps (D4RL-file options)")
-    ds = load_lerobot(path)
+    ds = load_lerobot(path, **({"action_key": action_key} if action_key else {}))
     for what, have, want in (("observation", ds.obs_dim, obs_dim), ("action", ds.action_dim, action_dim)):
         if want is not None and have != want:
             raise UserInputError(f"LeRobot dataset {str(path)!r} has {what}s of dim {have}: expected {want}")

@@ -3,9 +3,12 @@
 The modules point one way; none imports a later one (``tests/storage/test_lerobot_layers.py`` holds the order)::
 
     layout.py   paths, versions, index features, feature specs and their Arrow types; reads and writes nothing
+    robot.py    the robot a ``robot_type`` names and the action keys that feed each of its action spaces (DROID's
+                port: ``action.cartesian_velocity`` + ``action.gripper_velocity``, ...); reads nothing
     video.py    PyAV: encode episodes into one mp4 (``VideoFileWriter``), decode an episode's frames
     reader.py   ``read_lerobot`` -> ``LeRobotData`` (metadata checked against the files, frames per episode),
-                ``lerobot_info``, ``episode_success``, ``to_offline_dataset`` / ``load_lerobot``   [layout, video]
+                ``lerobot_info``, ``episode_success``, ``to_offline_dataset`` / ``load_lerobot``   [layout, video,
+                robot]
     writer.py   ``LeRobotWriter`` (atomic v3.0 writer with LeRobot's statistics), ``droid_features``  [layout, video]
 
 The reader and the writer do not import each other. This package re-exports the names callers use.

@@ -46,6 +46,7 @@ from ctrl_rl.storage.datasets.lerobot.layout import (
     import_pyarrow,
     video_keys,
 )
+from ctrl_rl.storage.datasets.lerobot.robot import robot_report
 from ctrl_rl.storage.datasets.lerobot.video import decode_frames
 from ctrl_rl.storage.datasets.offline import OfflineDataset
 
@@ -542,7 +543,9 @@ def _ints(source: str, table, name: str) -> np.ndarray:
 def lerobot_info(root: str | Path) -> dict[str, Any]:
     """What a LeRobot dataset holds: ``codebase_version``, ``robot_type``, ``fps``, ``episodes``, ``frames``,
     ``cameras`` ({video key: [H, W, 3]}), ``codecs`` ({video key: codec}), ``instructions`` (the distinct tasks),
-    ``success_rate`` (None when the dataset records no success) and ``features`` ({name: shape})."""
+    ``success_rate`` (None when the dataset records no success), ``features`` ({name: shape}), and the robot it was
+    recorded on with the keys that feed each of its action spaces (``robot.robot_report``: ``robot``,
+    ``robot_from``, ``actions``)."""
     data = read_lerobot(root)
     return {
         "path": str(data.root), "codebase_version": data.version, "robot_type": data.robot_type, "fps": data.fps,
@@ -553,6 +556,7 @@ def lerobot_info(root: str | Path) -> dict[str, Any]:
         "success_rate": success_rate(data),
         "features": {k: list(ft["shape"]) for k, ft in data.features.items()
                      if ft["dtype"] != "video" and k not in INDEX_FEATURES},
+        **robot_report(data.features, data.robot_type),
     }
 
 
@@ -586,7 +590,8 @@ def to_offline_dataset(data: LeRobotData, obs_keys: Sequence[str] = ("observatio
     * observation: the ``obs_keys`` features flattened and concatenated, float32 ``[S,O]``; with ``cameras``
       (True: every video key, or a list of keys) a dict ``{"state": [S,O], "image/<camera>": uint8 [S,3,H,W]}``
       where ``<camera>`` is the key without ``observation.images.``;
-    * action: ``action_key`` float32 ``[S,A]``;
+    * action: ``action_key`` float32 ``[S,A]`` (keys joined by + are concatenated: ``action.cartesian_velocity+
+      action.gripper_velocity``);
     * reward: ``reward_key``, else the first of ``reward``, ``next.reward`` the dataset has, else zeros
       (``metadata["reward_key"]`` is None then); row t's reward is the one received after action t;
     * terminated: ``terminal_key``, else the first of ``is_terminal``, ``next.done``, else never;
@@ -598,7 +603,8 @@ def to_offline_dataset(data: LeRobotData, obs_keys: Sequence[str] = ("observatio
     """
     source = f"LeRobot dataset {data.root}"
     numeric = {k for k, ft in data.features.items() if ft["dtype"] not in ("video", "string")}
-    for key in (*obs_keys, action_key):
+    act_keys = action_key.split("+")
+    for key in (*obs_keys, *act_keys):
         if key not in numeric:
             raise UserInputError(f"{source} has no numeric feature {key!r}: expected one of {sorted(numeric)}")
     reward_key = _pick(source, numeric, reward_key, REWARD_KEYS, "reward")
@@ -610,13 +616,13 @@ def to_offline_dataset(data: LeRobotData, obs_keys: Sequence[str] = ("observatio
     chosen = list(range(data.num_episodes)) if episodes is None else [data._check_episode(e) for e in episodes]
     if not chosen:
         raise UserInputError(f"{source}: no episode was chosen: expected at least one")
-    cols = [*obs_keys, action_key, *(c for c in (reward_key, terminal_key) if c), "task_index"]
+    cols = [*obs_keys, *act_keys, *(c for c in (reward_key, terminal_key) if c), "task_index"]
     obs, act, rew, term, task, images, lengths = [], [], [], [], [], {k: [] for k in cams}, []
     for e in chosen:
         f = data.frames(e, [c for c in dict.fromkeys(cols) if c in data.features])
         T = data._eps[e].length
         obs.append(np.concatenate([f[k].reshape(T, -1).astype(np.float32) for k in obs_keys], 1))  # [T,O]
-        act.append(f[action_key].reshape(T, -1).astype(np.float32))  # [T,A]
+        act.append(np.concatenate([f[k].reshape(T, -1).astype(np.float32) for k in act_keys], 1))  # [T,A]
         rew.append(f[reward_key].reshape(T).astype(np.float32) if reward_key else np.zeros(T, np.float32))  # [T]
         term.append(f[terminal_key].reshape(T) != 0 if terminal_key else np.zeros(T, bool))  # [T]
         task.append(f["task_index"].reshape(T).astype(np.int64) if "task_index" in f else np.zeros(T, np.int64))
