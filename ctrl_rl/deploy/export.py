@@ -18,7 +18,12 @@ wraps it in ``ExportModule``, which adds what a robot needs and the training loo
 Next to the graphs, ``policy.json`` says everything a deployment needs and the same JSON sits in the ONNX model's
 ``metadata_props`` under ``ctrl_rl``: observation parts (names, shapes, dtypes), action space (bounds, units),
 control rate, the robot spec when the env has one, the training config, the source checkpoint's sha256 and step,
-and the largest difference between onnxruntime and eager torch measured at export (``parity``). The export is
+and the largest difference between onnxruntime and eager torch measured at export (``parity``). Its ``deploy``
+block (``deploy_metadata``) holds what the robot side reads instead of building the task: joint names, default
+joint positions, PD gains, the action's scale, offset and kind, the control rate and the observation layout
+(inputs, units, the ``state`` part's named slices); its fields also sit flat in ``metadata_props``
+(``joint_names``, ``default_joint_pos``, ``joint_stiffness``, ``joint_damping``, ``action_scale``,
+``action_offset``, ``observation_names``, ..., comma-separated as mjlab writes them). The export is
 written to a temporary directory and renamed into place: a failed export leaves nothing behind.
 """
 
@@ -166,6 +171,89 @@ def _robot_and_units(spec: EnvSpec) -> tuple[dict | None, list[str], str | None]
     return (spec.robot.to_dict() if spec.robot is not None else None), units, spec.action_space_name
 
 
+LAYOUT_UNITS = {"joint_position": "rad", "joint_velocity": "rad/s", "ee_position": "m", "gripper_position": "1"}
+"""Units of the ``state`` slices an env's ``robot_state_layout`` names (an unknown slice name: None)."""
+
+
+def _observation_layout(spec: EnvSpec, env_spec: EnvSpec, names: Sequence[str]) -> list[dict]:
+    """The graph's observation inputs (``spec``'s parts) with shapes, dtypes and units, and for the ``state`` part the
+    named column ranges of ``env_spec.robot_state_layout`` (every ``(start, stop)`` field; empty ranges left out)."""
+    layout = env_spec.robot_state_layout
+    slices = []
+    if layout is not None:
+        for f in dataclasses.fields(layout):
+            start, stop = getattr(layout, f.name)
+            if stop > start:
+                slices.append({"name": f.name, "start": int(start), "stop": int(stop),
+                               "units": LAYOUT_UNITS.get(f.name)})
+    out = []
+    for n, p in zip(names, spec.parts):
+        units = ("pixels, uint8 0..255, channels first (RGB)" if p.name.startswith("image/") and p.dtype == torch.uint8
+                 else "token ids" if p.name == "language" else None)
+        out.append({"name": n, "part": p.name, "shape": list(p.shape), "dtype": _dtype_name(p.dtype), "units": units,
+                    **({"slices": slices} if p.name == "state" else {})})
+    return out
+
+
+def deploy_metadata(spec: EnvSpec, env_spec: EnvSpec, names: Sequence[str]) -> dict:
+    """What the robot side needs besides the graph, as mjlab's and Isaac Lab's exporters attach it: the robot's
+    joint names, default joint positions (its home pose) and PD gains (``joint_stiffness`` / ``joint_damping``, None
+    where the robot spec has none), the action's scale and offset and how a command becomes a target (the robot
+    action space's ``kind``: ``delta`` adds ``scale * a`` per step, ``absolute`` targets ``offset + scale * a``;
+    None when the env's action is not exactly that space), the control rate and the observation layout (input
+    names, part names, shapes, dtypes, units and the ``state`` part's named slices). Read back by
+    ``deploy.runtime``; the same fields sit flat in the ONNX model's ``metadata_props`` (``ONNX_KEYS``)."""
+    robot = env_spec.robot
+    space = None
+    if robot is not None and env_spec.action_space_name:
+        space = next((a for a in robot.action_spaces if a.name == env_spec.action_space_name), None)
+    exact = space is not None and space.dim == env_spec.action_dim
+    return {
+        "robot": robot.name if robot is not None else None,
+        "joint_names": list(robot.joint_names) if robot is not None else None,
+        "default_joint_pos": list(robot.home) if robot is not None else None,
+        "joint_stiffness": list(robot.joint_stiffness) if robot is not None and robot.joint_stiffness else None,
+        "joint_damping": list(robot.joint_damping) if robot is not None and robot.joint_damping else None,
+        "action_space": env_spec.action_space_name,
+        "action_kind": space.kind if space is not None and exact else None,
+        "action_scale": list(space.scale) if space is not None and exact else None,
+        "action_offset": list(space.target_offset) if space is not None and exact else None,
+        "control_hz": (1.0 / env_spec.dt) if env_spec.dt > 0 else None,
+        "observation": _observation_layout(spec, env_spec, names),
+    }
+
+
+ONNX_KEYS = ("joint_names", "default_joint_pos", "joint_stiffness", "joint_damping", "action_scale", "action_offset")
+"""``deploy`` fields also written as flat ``metadata_props`` (comma-separated, as mjlab writes them)."""
+
+
+def onnx_deploy_props(deploy: dict) -> dict[str, str]:
+    """The flat ``metadata_props`` of ``deploy_metadata``: lists comma-separated (``"0.1,0.2"``; names as they are),
+    an absent field as ``""``, the rest as JSON; ``parse_onnx_deploy_props`` reads them back."""
+    out = {}
+    for k in ONNX_KEYS:
+        v = deploy.get(k)
+        out[k] = "" if v is None else ",".join(str(x) if isinstance(x, str) else repr(float(x)) for x in v)
+    out["observation_names"] = ",".join(o["name"] for o in deploy["observation"])
+    for k in ("robot", "action_space", "action_kind", "control_hz"):
+        out[k] = json.dumps(deploy.get(k))
+    return out
+
+
+def parse_onnx_deploy_props(props: dict[str, str]) -> dict:
+    """The ``deploy`` fields of an ONNX model's ``metadata_props`` (``onnx_deploy_props``'s inverse, less the
+    observation layout, which is whole in the ``ctrl_rl`` JSON)."""
+    out: dict = {}
+    for k in ONNX_KEYS:
+        text = props.get(k, "")
+        out[k] = (None if text == "" else text.split(",") if k == "joint_names"
+                  else [float(x) for x in text.split(",")])
+    for k in ("robot", "action_space", "action_kind", "control_hz"):
+        out[k] = json.loads(props[k]) if k in props else None
+    out["observation_names"] = props.get("observation_names", "").split(",")
+    return out
+
+
 def _json_default(x):
     if isinstance(x, torch.dtype):
         return _dtype_name(x)
@@ -216,7 +304,8 @@ def _add_onnx_metadata(path: Path, meta: dict) -> None:
     del model.metadata_props[:]
     for k, v in {"ctrl_rl": json.dumps(meta, default=_json_default), "ctrl_rl.algo": meta["algo"],
                  "ctrl_rl.env": meta["env"], "ctrl_rl.control_hz": str(meta["control_hz"]),
-                 "ctrl_rl.checkpoint_sha256": meta["checkpoint"]["sha256"]}.items():
+                 "ctrl_rl.checkpoint_sha256": meta["checkpoint"]["sha256"],
+                 **onnx_deploy_props(meta["deploy"])}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = k, v
     onnx.save(model, str(path))
@@ -283,6 +372,7 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
         "control_hz": (1.0 / spec.dt) if spec.dt > 0 else None,
         "dt": spec.dt or None,
         "robot": robot,
+        "deploy": deploy_metadata(spec, env_spec, names),
         "checkpoint": {"path": str(ck_path.resolve()), "sha256": file_sha256(ck_path),
                        "step": int(ck["counters"]["step"])},
         "training_config": json.loads(config_path.read_text()) if config_path.exists() else ck.get("config"),
