@@ -264,14 +264,17 @@ class DemonstrationsLoopConfig:
     batch_size: int = 16
     """Demonstration frames per batch."""
     action_key: str | None = None
-    """The dataset's action feature (keys joined by +); default: the env's own ``action.env``, else the robot
-    spec's action space assembled from DROID's keys, else ``action``."""
+    """The dataset's action feature (keys joined by +); default: the env's own ``action.env``, else the keys of
+    DROID's port that hold the robot action space (``action.cartesian_velocity+action.gripper_velocity`` for
+    ``cartesian_velocity``; ``storage/datasets/lerobot/robot.py``), else ``action``."""
     state_key: str = "observation.state"
     """The dataset's proprioception (keys joined by +); its width must be that of ``--proprio-columns``."""
     cameras: str = "exterior1"
-    """Cameras a ``manip:`` env id without ``cameras=`` gets (and the model sees): names joined by +."""
+    """Cameras a ``manip:`` env id without ``cameras=`` gets (and the model sees): names joined by +; without
+    ``--env`` (a real robot's data), names or aliases of the dataset's videos, or ``all``."""
     image_size: str = "48x64"
-    """H x W a ``manip:`` env id without ``image_size=`` gets (the dataset's frames are resized to it)."""
+    """H x W a ``manip:`` (or env-less ``robot:``) env id without ``image_size=`` gets (the dataset's frames are
+    resized to it)."""
     init: str | None = None
     """A VLA run (or checkpoint) whose policy weights this run starts from (the entry's ``init_from``; the
     policy's shape fields are taken from its config)."""
