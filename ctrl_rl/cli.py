@@ -1,4 +1,4 @@
-"""The `ctrl-rl` command line: train, eval, export, deploy, data, plot, list.
+"""The `ctrl-rl` command line: train, eval, export, deploy, serve, data, plot, list.
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
@@ -6,7 +6,8 @@
                        the dataset's robot_type or --robot, no simulator and no evaluation)
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
     ctrl-rl export RUN_DIR_OR_CHECKPOINT [--format onnx pt2] [--out DIR]
-    ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--log FILE]
+    ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--log FILE] [--server HOST:PORT]
+    ctrl-rl serve EXPORT_DIR [--host 127.0.0.1] [--port 50051] [--token T]
     ctrl-rl data info PATH_OR_ID [--env ID] [--refs d4rl|local|PATH]
     ctrl-rl data generate --env Hopper-v5|HalfCheetah-v5|Walker2d-v5
                           --level random|medium|expert|medium-expert|medium-replay|all
@@ -92,8 +93,8 @@ def _dispatch(argv: list[str]) -> int:
         print("usage:\n" + USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "deploy": cmd_deploy, "data": cmd_data,
-                "plot": cmd_plot, "list": cmd_list}
+    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "deploy": cmd_deploy, "serve": cmd_serve,
+                "data": cmd_data, "plot": cmd_plot, "list": cmd_list}
     if cmd not in commands:
         raise UserInputError(f"unknown command {cmd!r}: expected one of {sorted(commands)}")
     return commands[cmd](rest)
@@ -420,8 +421,10 @@ def cmd_deploy(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help"):
         print("usage: ctrl-rl deploy EXPORT_DIR --sim ENV_ID [--episodes N] [--rate HZ] [--seed K] [--max-steps N]\n"
               "                      [--max-step-change X] [--max-obs-age S] [--max-misses K] [--log FILE]\n"
+              "                      [--server HOST:PORT [--token T] [--timeout S] [--ask-ahead F] [--max-outage S]]\n"
               "  runs the exported policy (onnxruntime) through the safety filter and watchdog against the simulator "
-              "and prints success rate, latency p50/p99, deadline misses and safety-filter interventions")
+              "and prints success rate, latency p50/p99, deadline misses and safety-filter interventions; with "
+              "--server the actions come from `ctrl-rl serve` of the same export")
         return 0 if args else 2
     path, rest = args[0], args[1:]
     _check_flags(rest, _flag_names(DeployOptions), prog)
@@ -430,6 +433,21 @@ def cmd_deploy(args: list[str]) -> int:
         opts = dataclasses.replace(opts, sim="")  # raises the one-sentence error of a missing --sim
     print(json.dumps(deploy_sim(path, opts)))
     return 0
+
+
+def cmd_serve(args: list[str]) -> int:
+    from ctrl_rl.deploy.server import ServeOptions, serve
+
+    prog = "ctrl-rl serve"
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: ctrl-rl serve EXPORT_DIR [--host 127.0.0.1] [--port 50051] [--token T] [--max-batch B] "
+              "[--workers W]\n"
+              "  serves the export's actions over gRPC (ctrl_rl/deploy/policy.proto) until SIGINT or SIGTERM; "
+              "prints one JSON line with the address; the token may come from $CTRL_RL_TOKEN")
+        return 0 if args else 2
+    path, rest = args[0], args[1:]
+    _check_flags(rest, _flag_names(ServeOptions), prog)
+    return serve(path, _tyro_parse(ServeOptions, rest, ServeOptions(), prog))
 
 
 # -- data -----------------------------------------------------------------------------------------------

@@ -83,8 +83,9 @@ class PolicyClient:
     def request(self, feed: dict[str, np.ndarray]) -> bytes:
         return wire.encode(wire.ActRequest([wire.to_tensor(n, a) for n, a in feed.items()], next(self._ids)))
 
-    def answer(self, raw: bytes, sent: float) -> list[np.ndarray]:
-        self.rtt_ms.append((time.perf_counter() - sent) * 1e3)
+    def answer(self, raw: bytes, sent: float, done: float | None = None) -> list[np.ndarray]:
+        """The outputs of an answer; ``done``: when it arrived (default now), for the round-trip time."""
+        self.rtt_ms.append(((done if done is not None else time.perf_counter()) - sent) * 1e3)
         msg = wire.decode(wire.ActResponse, raw)
         self.server_ms.append(msg.server_ms)
         return [wire.to_array(t) for t in msg.outputs]
@@ -93,9 +94,12 @@ class PolicyClient:
         sent = time.perf_counter()
         return self.answer(self._act(self.request(feed), timeout=timeout, metadata=self.metadata), sent)
 
-    def act_future(self, feed: dict[str, np.ndarray], timeout: float) -> tuple[Any, float]:
-        sent = time.perf_counter()
-        return self._act.future(self.request(feed), timeout=timeout, metadata=self.metadata), sent
+    def act_future(self, feed: dict[str, np.ndarray], timeout: float) -> tuple[Any, float, list[float]]:
+        """The call as a future, when it was sent, and a list that gets the time it completed."""
+        sent, done = time.perf_counter(), []
+        future = self._act.future(self.request(feed), timeout=timeout, metadata=self.metadata)
+        future.add_done_callback(lambda _: done.append(time.perf_counter()))
+        return future, sent, done
 
     def stats(self) -> dict:
         def pct(x, q):
@@ -176,7 +180,7 @@ class RemoteChunks(_Remote):
         self.execute = execute_steps
         self.ask_at = int(round(ask_ahead * execute_steps))  # 0: only when the queue is empty (no overlap)
         self.queue: dict[int, np.ndarray] = {}  # tick -> action [A]
-        self.pending: tuple[Any, float, int] | None = None  # (future, sent, tick asked at)
+        self.pending: tuple[Any, float, list[float], int] | None = None  # (future, sent, done, tick asked at)
         self.chunks = self.replaced = self.late_chunks = self.waited = 0
 
     def reset(self) -> None:
@@ -195,10 +199,10 @@ class RemoteChunks(_Remote):
     def _merge(self, tick: int) -> None:
         """Take the pending answer into the queue (its chunk starts at the tick it was asked at)."""
         assert self.pending is not None
-        future, sent, asked = self.pending
+        future, sent, done, asked = self.pending
         self.pending = None
         try:
-            chunk = self.client.answer(future.result(), sent)[0][0]  # [H,A]
+            chunk = self.client.answer(future.result(), sent, done[0] if done else None)[0][0]  # [H,A]
         except self.client._grpc.RpcError as e:
             raise self._failed(e) from None
         self.chunks += 1

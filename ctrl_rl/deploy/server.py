@@ -22,6 +22,7 @@ Security, in this order for every call:
 5. **Policy**: an exception inside inference is answered with INTERNAL; the server goes on serving.
 
 The first refusal of each kind is written to stderr, later ones are counted (printed when the server stops).
+The commands, the fault behaviour of the robot side and the latency: docs/guides/serving.md#security.
 """
 
 from __future__ import annotations
