@@ -655,10 +655,11 @@ def cmd_list(args: list[str]) -> int:
     if what not in ("envs", "algos", "presets"):
         raise UserInputError(f"`ctrl-rl list` takes one of envs, algos, presets: got {what!r}")
     if what == "envs":
-        from ctrl_rl.envs.registry import list_envs
+        from ctrl_rl.envs.registry import describe_env, list_envs
 
         for e in list_envs():
-            print(e)
+            label = describe_env(e)
+            print(f"{e:48s} {label}" if label else e)
     elif what == "algos":
         from ctrl_rl.algos import registry
 

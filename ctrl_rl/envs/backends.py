@@ -66,6 +66,8 @@ class Backend:
         bare_ids: whether an id without a prefix may resolve to it (envpool first, then gymnasium).
         simulator: False for a backend that gives specs only (``robot:``, a real robot's spec for training on
             its data): its ``make`` refuses, and the loops do not evaluate in it (``registry.has_simulator``).
+        describe: ``describe(name) -> str``, a short label ``ctrl-rl list envs`` prints beside a listed id (the
+            family, robot and observation parts of envpool's MuJoCo Playground tasks); None: no labels.
     """
 
     name: str
@@ -79,6 +81,7 @@ class Backend:
     static_spec: bool = False
     bare_ids: bool = False
     simulator: bool = True
+    describe: Callable[[str], str] | None = None
 
     @property
     def prefix(self) -> str:
@@ -158,7 +161,7 @@ register(Backend("torch", ("torch",), _torch_make, _torch_spec, _torch_names, _t
 # ---- envpool (envs/envpool.py) -------------------------------------------------------------------------------------
 
 # A representative selection for `ctrl-rl list envs` (every envpool task works; these are the control ones people
-# start from).
+# start from); the MuJoCo Playground tasks follow it, each with a label (``_envpool_describe``).
 _ENVPOOL_LISTED = (
     "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "HumanoidStandup-v5",
     "Swimmer-v5", "Reacher-v5", "Pusher-v5", "InvertedPendulum-v5", "InvertedDoublePendulum-v5",
@@ -166,6 +169,29 @@ _ENVPOOL_LISTED = (
     "CheetahRun-v1", "WalkerWalk-v1", "WalkerRun-v1", "HopperHop-v1", "HumanoidRun-v1", "QuadrupedRun-v1",
     "CartpoleSwingup-v1", "ReacherEasy-v1", "FingerSpin-v1", "BallInCupCatch-v1", "AcrobotSwingup-v1",
 )  # fmt: skip
+
+
+def _envpool_listed() -> tuple[str, ...]:
+    """The representative selection, then every MuJoCo Playground task the installed envpool ships."""
+    try:
+        from ctrl_rl.envs.envpool import playground_tasks
+
+        playground = playground_tasks()
+    except ImportError:  # listing works without envpool
+        playground = ()
+    return _ENVPOOL_LISTED + playground
+
+
+def _envpool_describe(name: str) -> str:
+    """The label of a Playground task: family, robot and observation parts (privileged ones marked); else ``""``."""
+    from ctrl_rl.envs.envpool import envpool_spec, playground_label, playground_tasks
+
+    if name not in playground_tasks():
+        return ""
+    spec = envpool_spec(name)
+    parts = ", ".join(f"{p.name}[{p.numel}]" + (" (privileged)" if p.name in spec.privileged_parts else "")
+                      for p in spec.parts)
+    return f"{playground_label(name)}; {parts}; {spec.action_dim} actions at {1 / spec.dt:g} Hz"
 
 
 def _envpool_tasks() -> set[str]:
@@ -196,8 +222,8 @@ def _envpool_spec(name: str, **options: Any) -> EnvSpec:
     return envpool_spec(name, **options)
 
 
-register(Backend("envpool", ("envpool",), _envpool_make, _envpool_spec, lambda: _ENVPOOL_LISTED, _envpool_tasks,
-                 requires="envpool", install="pip install envpool", bare_ids=True))
+register(Backend("envpool", ("envpool",), _envpool_make, _envpool_spec, _envpool_listed, _envpool_tasks,
+                 requires="envpool", install="pip install envpool", bare_ids=True, describe=_envpool_describe))
 
 
 # ---- gymnasium (envs/gymnasium.py) ---------------------------------------------------------------------------------

@@ -23,6 +23,13 @@ Conventions of envpool 1.2.5 that this adapter relies on (checked in tests/envs/
   domain's other tasks (``HumanoidRun-v1`` carries ``position``); those are dropped, so the vector is
   dm_control's own observation of the task (``_DMC_FOREIGN_KEYS``).
 - MuJoCo observations are float64; they are cast to float32.
+- MuJoCo Playground tasks (``Go1JoystickFlatTerrain-v1``, ``PandaPickCube-v1``, ...; envpool's spec classes
+  ``Playground*EnvSpec``, listed by ``playground_tasks()``) keep their observation dict as separate float32 parts:
+  ``state`` (what the robot measures, with Playground's sensor noise) and ``privileged_state`` (simulator-only
+  quantities for an asymmetric critic), which ``spec.privileged_parts`` names; tasks whose observation is one
+  vector (the Panda, Aloha, Barkour, H1, Op3 tasks) have the single ``state`` part. ``spec.dt`` is the
+  task's control period ``ctrl_dt`` times its ``action_repeat`` (AlohaSinglePegInsertion: 0.0025 s x 2).
+  Checked in tests/envs/test_playground.py.
 - An observation that is a rank-3 uint8 Box (Atari's stacked frames ``[4,84,84]``) is an image: the env
   hands out the dict ``{"image/frames": uint8 [N,C,H,W]}`` (``core/obs.py``), ``spec.parts`` is that one
   part, and the CNN of ``core/encoders.make_encoder`` reads it (checked in tests/envs/test_envpool_atari.py).
@@ -58,7 +65,7 @@ from xml.etree import ElementTree
 import numpy as np
 import torch
 
-from ctrl_rl.core.obs import Obs, ObsPart
+from ctrl_rl.core.obs import Obs, ObsPart, state_shape
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
@@ -147,8 +154,10 @@ class EnvpoolEnv:
         self._episodes = 0
 
         self.spec = _spec(task, self._env.spec, self._env.observation_space, self._env.action_space)
-        self._image = bool(self.spec.obs_parts)  # Atari's stacked frames [C,H,W], the one image part
-        self._obs_keys = _obs_keys(task, self._env.observation_space)
+        self._image = self.spec.parts[0].name == IMAGE_PART  # Atari's stacked frames [C,H,W], the one image part
+        self._obs_keys = _obs_keys(task, self._env.spec, self._env.observation_space)
+        # Playground's parts: (name, start, stop) columns of the concatenated array handed out as a dict
+        self._split = _part_columns(self.spec.obs_parts) if self.spec.obs_parts and not self._image else None
         act_space = self._env.action_space
         self._action_shape = (self.num_envs,) if self.spec.discrete else (self.num_envs, self.spec.action_dim)
         self._action_dtype = act_space.dtype
@@ -260,8 +269,13 @@ class EnvpoolEnv:
         return torch.from_numpy(x).to(self.device)
 
     def _obs(self, x: np.ndarray) -> Obs:
-        """The ``Obs`` form of a ``_flat`` result: ``[N,O]``, or ``{"image/frames": [N,C,H,W]}``."""
-        return {IMAGE_PART: self._tensor(x)} if self._image else self._tensor(x)
+        """The ``Obs`` form of a ``_flat`` result: ``[N,O]``, ``{"image/frames": [N,C,H,W]}``, or a Playground
+        task's parts ``{"state": [N,O], "privileged_state": [N,P]}`` (each its own contiguous copy)."""
+        if self._image:
+            return {IMAGE_PART: self._tensor(x)}
+        if self._split is not None:
+            return {name: self._tensor(np.ascontiguousarray(x[:, a:b])) for name, a, b in self._split}
+        return self._tensor(x)
 
     def __repr__(self) -> str:
         return f"EnvpoolEnv({self._task!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
@@ -288,14 +302,63 @@ def _check_make_kwargs(task: str, make_kwargs: dict[str, Any]) -> None:
         )
 
 
-def _obs_keys(task: str, obs_space: Any) -> list[str] | None:
-    """The keys of a dict observation in the order they are flattened (the task's own, sorted), else None."""
+def playground_tasks() -> tuple[str, ...]:
+    """The MuJoCo Playground tasks the installed envpool ships (its registry entries of
+    ``envpool.mujoco.playground``, without the ``MuJoCoPlayground/`` aliases), sorted."""
+    from envpool.registration import registry
+
+    return tuple(sorted(t for t, (module, _, _) in registry.specs.items()
+                        if module == "envpool.mujoco.playground" and "/" not in t))
+
+
+# The robot and kind of each Playground spec class (envpool's ``Playground<Robot>EnvSpec``), for `ctrl-rl list envs`;
+# a class not here is listed by its name.
+_PLAYGROUND_ROBOTS = {
+    "Go1": "quadruped Unitree Go1", "Go1Getup": "quadruped Unitree Go1", "Go1Handstand": "quadruped Unitree Go1",
+    "Barkour": "quadruped Google Barkour", "SpotJoystick": "quadruped Boston Dynamics Spot",
+    "SpotGetup": "quadruped Boston Dynamics Spot", "SpotGait": "quadruped Boston Dynamics Spot",
+    "G1": "humanoid Unitree G1", "H1": "humanoid Unitree H1", "T1": "humanoid Booster T1",
+    "Op3": "humanoid Robotis OP3", "Apollo": "humanoid Apptronik Apollo",
+    "BerkeleyHumanoid": "humanoid Berkeley Humanoid", "Panda": "arm Franka Panda",
+    "PandaRobotiq": "arm Franka Panda with a Robotiq gripper", "Aloha": "bimanual ALOHA",
+}  # fmt: skip
+
+
+def playground_label(task: str) -> str:
+    """``MuJoCo Playground, quadruped Unitree Go1`` for ``Go1JoystickFlatTerrain-v1``: the family a listing shows."""
+    from envpool.registration import registry
+
+    spec_cls = registry.specs[task][1]  # e.g. PlaygroundGo1EnvSpec
+    name = spec_cls.removeprefix("Playground").removesuffix("EnvSpec")
+    if name == "Hand":  # the LEAP hand and the Aero hand share the class
+        return f"MuJoCo Playground, dexterous hand ({'Aero' if task.startswith('Aero') else 'LEAP'})"
+    return f"MuJoCo Playground, {_PLAYGROUND_ROBOTS.get(name, name)}"
+
+
+def _is_playground(envpool_spec: Any) -> bool:
+    return type(envpool_spec).__name__.startswith("Playground")
+
+
+def _obs_keys(task: str, envpool_spec: Any, obs_space: Any) -> list[str] | None:
+    """The keys of a dict observation in the order they are concatenated, else None: a dm_control task's own keys,
+    sorted; a Playground task's parts, ``state`` first, the other robot parts, then the privileged ones (sorted)."""
     import gymnasium
 
     if not isinstance(obs_space, gymnasium.spaces.Dict):
         return None
+    if _is_playground(envpool_spec):
+        return sorted(obs_space.spaces, key=lambda k: (k != "state", k.startswith("privileged"), k))
     foreign = _DMC_FOREIGN_KEYS.get(task, ())
     return sorted(k for k in obs_space.spaces if k not in foreign)
+
+
+def _part_columns(parts: tuple[ObsPart, ...]) -> list[tuple[str, int, int]]:
+    """``(name, start, stop)`` of each vector part in the concatenated ``[N, sum]`` array, in ``parts`` order."""
+    out, start = [], 0
+    for p in parts:
+        out.append((p.name, start, start + p.numel))
+        start += p.numel
+    return out
 
 
 def _numel(space: gymnasium.spaces.Space) -> int:
@@ -315,8 +378,12 @@ def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSp
     if image:
         obs_shape: tuple[int, ...] = ()  # no 'state' part
         obs_parts = (ObsPart(IMAGE_PART, tuple(int(s) for s in obs_space.shape), torch.uint8),)
+    elif isinstance(obs_space, gymnasium.spaces.Dict) and _is_playground(envpool_spec):
+        obs_parts = tuple(ObsPart(k, (_numel(obs_space[k]),), torch.float32)
+                          for k in _obs_keys(task, envpool_spec, obs_space) or ())
+        obs_shape = state_shape(obs_parts)
     elif isinstance(obs_space, gymnasium.spaces.Dict):
-        obs_shape = (sum(_numel(obs_space[k]) for k in _obs_keys(task, obs_space) or ()),)
+        obs_shape = (sum(_numel(obs_space[k]) for k in _obs_keys(task, envpool_spec, obs_space) or ()),)
     else:
         obs_shape = tuple(int(s) for s in obs_space.shape)
     discrete = isinstance(act_space, gymnasium.spaces.Discrete)
@@ -339,6 +406,7 @@ def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSp
         max_episode_steps=int(max_steps) if max_steps is not None else None,
         backend="envpool",
         obs_parts=obs_parts,
+        privileged_parts=tuple(p.name for p in obs_parts if p.name.startswith("privileged")),
     )
 
 
@@ -350,6 +418,8 @@ def _envpool_dt(task: str, spec: Any) -> float:
     spec_name = type(spec).__name__  # e.g. GymHalfCheetahEnvSpec, DmcCheetahEnvSpec, PendulumEnvSpec
     if spec_name == "AtariEnvSpec":
         return config["frame_skip"] / _ATARI_FPS
+    if _is_playground(spec):
+        return float(config["ctrl_dt"]) * int(config.get("action_repeat", 1))
     if spec_name.startswith("Dmc") and spec_name.endswith("EnvSpec"):
         control_dt = _DMC_CONTROL_DT.get(spec_name[3 : -len("EnvSpec")])
         if control_dt is None:

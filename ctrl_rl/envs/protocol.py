@@ -20,6 +20,7 @@ Shape letters: N envs, O obs dim, A action dim.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.core.obs import Obs, ObsPart, is_flat, parts_from_shape, state_shape
+from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.robots.spec import RobotSpec
 
 
@@ -66,6 +68,9 @@ class EnvSpec:
             (``cartesian_velocity``); None without a robot.
         robot_state_layout: where the robot's joint and end-effector positions sit in the ``state``
             part; None without a robot.
+        privileged_parts: names of observation parts only a simulator can give (MuJoCo Playground's
+            ``privileged_state``: true velocities, contact forces, noise-free readings); a policy never reads
+            them unless asked, so an export needs only what a robot measures. Empty: none.
 
     Every field is static: a registered backend gives the spec of an id without building a simulator
     where it can (``ctrl_rl.envs.spec_of``), and a built env's ``spec`` equals it.
@@ -85,9 +90,15 @@ class EnvSpec:
     action_units: tuple[str, ...] = ()
     action_space_name: str | None = None
     robot_state_layout: RobotStateLayout | None = None
+    privileged_parts: tuple[str, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "action_units", tuple(self.action_units))  # a list would make the spec unhashable
+        object.__setattr__(self, "privileged_parts", tuple(self.privileged_parts))
+        unknown = [n for n in self.privileged_parts if n not in {getattr(p, 'name', p) for p in self.obs_parts}]
+        if unknown:
+            raise ValueError(f"{self.env_id}: privileged_parts {unknown} must name parts of obs_parts "
+                             f"{[getattr(p, 'name', p) for p in self.obs_parts]}.")
         if self.action_units and len(self.action_units) != self.action_dim:
             raise ValueError(f"{self.env_id}: action_units {list(self.action_units)} must name one unit per action "
                              f"dimension ({self.action_dim}).")
@@ -120,6 +131,47 @@ class EnvSpec:
         for s in self.obs_shape:
             n *= s
         return n
+
+    @property
+    def robot_parts(self) -> tuple[str, ...]:
+        """Names of the parts a robot has too (every part not in ``privileged_parts``), in ``parts`` order."""
+        return tuple(p.name for p in self.parts if p.name not in self.privileged_parts)
+
+    def with_parts(self, names: tuple[str, ...]) -> EnvSpec:
+        """This spec seen by a network that reads only the parts ``names`` (the ones it has, in ``parts`` order):
+        what an actor of an asymmetric actor-critic, and so its export, takes in. One float32 ``state`` part left
+        is the flat form (a plain ``[N,O]`` tensor)."""
+        kept = tuple(p for p in self.parts if p.name in names)
+        return dataclasses.replace(self, obs_parts=kept, obs_shape=state_shape(kept),
+                                   privileged_parts=tuple(n for n in self.privileged_parts if n in names))
+
+
+def observation_roles(spec: EnvSpec, actor_parts: tuple[str, ...] = (), critic_parts: tuple[str, ...] = ()
+                      ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(actor, critic)``: the observation parts an actor and a critic read, each in ``spec.parts`` order.
+
+    The actor reads ``actor_parts`` (empty: every part a robot has, ``spec.robot_parts``); a privileged part there
+    is refused, so no policy silently depends on simulator-only inputs. The critic reads the actor's parts and
+    ``critic_parts`` (an asymmetric actor-critic: ``privileged_state``). Names the spec lacks are refused. Both
+    refusals are ``UserInputError`` sentences naming the ``--actor-parts`` / ``--critic-parts`` flag.
+    """
+    names = [p.name for p in spec.parts]
+    for flag, given in (("--actor-parts", actor_parts), ("--critic-parts", critic_parts)):
+        for n in given:
+            if n not in names:
+                raise UserInputError(f"{flag} names the observation part {n!r}, which {spec.env_id} does not have: "
+                                     f"expected some of {names}{did_you_mean(n, names)}.")
+    privileged = [n for n in actor_parts if n in spec.privileged_parts]
+    if privileged:
+        raise UserInputError(f"--actor-parts names {privileged[0]!r}, which {spec.env_id} marks privileged (only a "
+                             f"simulator has it, so an exported policy could not run on a robot): expected some of "
+                             f"{list(spec.robot_parts)}, and --critic-parts {privileged[0]} to let the critic read it.")
+    actor = tuple(n for n in names if n in actor_parts) if actor_parts else spec.robot_parts
+    if not actor:
+        raise UserInputError(f"{spec.env_id} has no observation part a robot has (all of {names} are privileged): "
+                             "expected an env with at least one non-privileged part for the actor.")
+    critic = tuple(n for n in names if n in actor or n in critic_parts)
+    return actor, critic
 
 
 @dataclass

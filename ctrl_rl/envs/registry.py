@@ -56,6 +56,14 @@ def list_envs(backend: str | None = None) -> list[str]:
     return [b.env_id(name) for b in BACKENDS.values() if backend in (None, b.name) for name in b.list_ids()]
 
 
+def describe_env(env_id: str) -> str:
+    """The label ``ctrl-rl list envs`` prints beside an id (``envpool:Go1JoystickFlatTerrain-v1``: its family, robot,
+    observation parts and control rate), or ``""`` for an id whose backend gives none."""
+    base, _ = split_env_options(env_id)
+    chosen, name = _backend_of(base, "auto")
+    return chosen.describe(name) if chosen.describe is not None else ""
+
+
 def make_env(
     env_id: str,
     num_envs: int = 1,
