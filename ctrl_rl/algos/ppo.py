@@ -26,8 +26,14 @@ it always was (no encoder; an update packs the normalized observations into one 
 minibatch table). An env with several parts (camera images, a proprio ``state``) passes
 a dict; one encoder (``core.encoders.make_encoder``, ``config.encoder``) shared by actor and critic maps
 it to features, and both losses train it (as in CleanRL's and SB3's Atari PPO, whose CNN is shared). Only
-the float ``state`` part is normalized. Minibatches then index the rollout's dict of parts with the
-epoch's permutation and run the encoder inside the loss.
+the float vector parts are normalized (``state``, and e.g. ``privileged_state`` with its own statistics).
+Minibatches then index the rollout's dict of parts with the epoch's permutation and run the encoder inside the loss.
+
+Asymmetric actor-critic (docs/algorithms/ppo.md#asymmetric-actor-critic): the policy reads the parts a robot has
+(``actor_parts``; by default every part not in ``spec.privileged_parts``, and a privileged one is refused), the
+value network those and ``critic_parts`` (MuJoCo Playground's ``privileged_state``: true velocities, contacts,
+noise-free readings), as legged-robot trainers such as rsl_rl and Playground do. Privileged parts only sharpen the
+value baseline; ``exportable()`` and ``spec`` (what the export takes in) cover the policy's parts only.
 
 Shape letters: T rollout steps, N envs, B minibatch, S = T*N samples, O obs dim, F features, A action dim.
 """
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -57,7 +63,7 @@ from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import gae
 from ctrl_rl.core.types import Rollout
 from ctrl_rl.core.validate import check_fields
-from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.envs.protocol import EnvSpec, observation_roles
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,12 @@ class PPOConfig(ActorCriticFields):
     """Samples per chunk when computing values of the whole rollout (bounds memory at 10^6 envs). With an
     observation encoder (multi-part observations) at most ``minibatch_size``: a CNN's activations are far
     larger than its input, and a minibatch is what the update already pushes through it with gradients."""
+    actor_parts: tuple[str, ...] = ()
+    """Observation parts the policy reads (empty: every part a robot has, i.e. all but the env's
+    ``privileged_parts``). A privileged part is refused: the exported policy would need simulator-only inputs."""
+    critic_parts: tuple[str, ...] = ()
+    """Parts the value network reads besides the policy's: an asymmetric actor-critic, e.g. the MuJoCo Playground
+    tasks' ``privileged_state`` (as legged-robot trainers do). Only the policy is exported."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -190,41 +202,88 @@ def ppo_losses(
     return loss, parts
 
 
-def observation_features(norm: nn.Module, encoder: Encoder | None, obs: Obs) -> torch.Tensor:
-    """``[B,O]`` normalized flat observations (``encoder`` None), or the encoder's features ``[B,F]`` of a
-    dict of parts whose float ``state`` part (if any) is normalized first."""
+def observation_features(norm: nn.Module, encoder: Encoder | None, obs: Obs,
+                         part_norms: nn.ModuleDict | None = None, names: Sequence[str] | None = None) -> torch.Tensor:
+    """``[B,O]`` normalized flat observations (``encoder`` None), or the encoder's features ``[B,F]`` of the parts
+    ``names`` (None: every part it was built for) of a dict of parts, each float vector part normalized first: the
+    ``state`` part by ``norm``, the others by their ``part_norms`` entry. A plain tensor given to an encoder is the
+    ``state`` part alone (the export of an actor that reads only it)."""
     if encoder is None:
         assert isinstance(obs, torch.Tensor)  # no encoder: a flat spec, plain-tensor observations
         return norm(obs.flatten(1))  # [B,O]
-    assert not isinstance(obs, torch.Tensor)  # an encoder: observations with parts
-    if "state" in obs:
-        obs = {**obs, "state": norm(obs["state"].flatten(1))}  # a new dict: the caller's is left as it was
-    return encoder(obs)  # [B,F]
+    if isinstance(obs, torch.Tensor):
+        obs = {"state": obs}
+    return encoder(_normalized(norm, part_norms, obs, encoder.names if names is None else names), names)  # [B,F]
+
+
+def _normalized(norm: nn.Module, part_norms: nn.ModuleDict | None, obs: dict[str, torch.Tensor],
+                names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """A new dict of the parts ``names`` of ``obs`` with the float vector ones normalized (the caller's is left as
+    it was)."""
+    out = {}
+    for k in names:
+        if k == "state":
+            out[k] = norm(obs[k].flatten(1))  # [B,O]
+        elif part_norms is not None and k in part_norms:
+            out[k] = part_norms[k](obs[k].flatten(1))  # [B,P]
+        else:
+            out[k] = obs[k]
+    return out
 
 
 class ActorCritic(nn.Module):
-    """Gaussian (state-independent log-std) or categorical policy and a separate value network, both on the
-    features of one observation encoder (none for flat observations; see the module docstring)."""
+    """Gaussian (state-independent log-std) or categorical policy and a separate value network, on the features
+    of one observation encoder (none for flat observations; see the module docstring).
 
-    def __init__(self, cfg: ActorCriticFields, spec: EnvSpec):
+    ``actor_parts`` / ``critic_parts`` (``envs.protocol.observation_roles``): the policy reads the parts a robot has
+    (or those named), never a privileged one; the value network reads the policy's parts and ``critic_parts``
+    (asymmetric). The encoder is built for the critic's parts (a superset) and each part is encoded once."""
+
+    def __init__(self, cfg: ActorCriticFields, spec: EnvSpec, actor_parts: tuple[str, ...] = (),
+                 critic_parts: tuple[str, ...] = ()):
         super().__init__()
         self.discrete = spec.discrete
         self.flat = spec.is_flat
+        self.actor_parts, self.critic_parts = observation_roles(spec, actor_parts, critic_parts)
+        self.asymmetric = self.critic_parts != self.actor_parts
+        read = [p for p in spec.parts if p.name in self.critic_parts]  # the critic's parts include the actor's
         # no parameters, buffers or random draws for flat observations: their networks are what they were
-        self.encoder = None if self.flat else make_encoder(spec.parts, cfg.encoder)
-        state_dim = spec.obs_dim  # the flat observation, or the 'state' part of a multi-part one (0: none)
+        self.encoder = None if self.flat else make_encoder(read, cfg.encoder, keyed=True)
+        state_dim = spec.obs_dim if "state" in self.critic_parts else 0  # the flat observation or the 'state' part
         self.norm = RunningNorm((state_dim,)) if cfg.obs_norm and state_dim > 0 else nn.Identity()
-        feat_dim = state_dim if self.encoder is None else self.encoder.out_dim  # no encoder: flat
-        self.actor = mlp(feat_dim, cfg.actor_hidden, spec.action_dim, cfg.activation, out_gain=0.01)
-        self.critic = mlp(feat_dim, cfg.critic_hidden, 1, cfg.activation, out_gain=1.0)
+        # other float vector parts (privileged_state) get their own normalizer; none exist for flat or pixel envs
+        self.part_norms = nn.ModuleDict({p.name: RunningNorm((p.numel,)) for p in read if cfg.obs_norm and
+                                         p.name != "state" and p.kind == "vector" and p.dtype.is_floating_point})
+        actor_dim = state_dim if self.encoder is None else self.encoder.out_dim_of(self.actor_parts)
+        critic_dim = state_dim if self.encoder is None else self.encoder.out_dim_of(self.critic_parts)
+        self.actor = mlp(actor_dim, cfg.actor_hidden, spec.action_dim, cfg.activation, out_gain=0.01)
+        self.critic = mlp(critic_dim, cfg.critic_hidden, 1, cfg.activation, out_gain=1.0)
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(cfg.init_log_std)))
 
     def features(self, obs: Obs) -> torch.Tensor:
-        return observation_features(self.norm, self.encoder, obs)  # [B,O] or [B,F]
+        """The actor's features ``[B,O]`` or ``[B,F]`` (privileged parts never among them)."""
+        return observation_features(self.norm, self.encoder, obs, self.part_norms, self.actor_parts)
+
+    def critic_features(self, obs: Obs) -> torch.Tensor:
+        """The value network's features: the actor's, and with ``critic_parts`` those parts' as well."""
+        if not self.asymmetric:
+            return self.features(obs)
+        return observation_features(self.norm, self.encoder, obs, self.part_norms, self.critic_parts)
+
+    def both_features(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actor features, critic features)`` with every part encoded once."""
+        if not self.asymmetric:
+            x = self.features(obs)
+            return x, x
+        assert self.encoder is not None and not isinstance(obs, torch.Tensor)  # asymmetric: parts in a dict
+        feats = self.encoder.part_features(_normalized(self.norm, self.part_norms, obs, self.critic_parts),
+                                           self.critic_parts)  # {name: [B,F_k]}
+        return (torch.cat([feats[k] for k in self.actor_parts], -1),  # [B,F_actor]
+                torch.cat([feats[k] for k in self.critic_parts], -1))  # [B,F_critic]
 
     def value(self, obs: Obs) -> torch.Tensor:
-        return self.critic(self.features(obs)).squeeze(-1)  # [B]
+        return self.critic(self.critic_features(obs)).squeeze(-1)  # [B]
 
     def dist_params(self, x: torch.Tensor) -> torch.Tensor:
         return self.actor(x)  # [B,A] mean or logits
@@ -248,16 +307,25 @@ class ActorCritic(nn.Module):
         log_std = self.log_std.expand_as(out)
         return normal_log_prob(action, out, log_std), normal_entropy(log_std)
 
+    def norms(self) -> dict[str, RunningNorm]:
+        """The observation normalizers by part (``state`` and the other float vector parts); empty without."""
+        out = {"state": self.norm} if isinstance(self.norm, RunningNorm) else {}
+        out.update({k: m for k, m in self.part_norms.items() if isinstance(m, RunningNorm)})
+        return out
+
 
 class ObservationFeatures(nn.Module):
-    """The actor's input of raw observations (``observation_features``): the exported policy's encoder."""
+    """The actor's input of raw observations (``observation_features`` of the actor's parts): the exported policy's
+    encoder. It reads only the actor's parts, so an export needs no privileged input."""
 
-    def __init__(self, norm: nn.Module, encoder: Encoder | None):
+    def __init__(self, norm: nn.Module, encoder: Encoder | None, part_norms: nn.ModuleDict | None = None,
+                 names: Sequence[str] | None = None):
         super().__init__()
-        self.norm, self.encoder = norm, encoder
+        self.norm, self.encoder, self.part_norms = norm, encoder, part_norms
+        self.names = None if names is None else tuple(names)
 
     def forward(self, obs: Obs) -> torch.Tensor:
-        return observation_features(self.norm, self.encoder, obs)  # [B,O] or [B,F]
+        return observation_features(self.norm, self.encoder, obs, self.part_norms, self.names)  # [B,O] or [B,F]
 
 
 class ActionMode(nn.Module):
@@ -277,7 +345,8 @@ def deterministic_policy(ac: ActorCritic) -> DeterministicPolicy:
     """The exported policy of an actor-critic (``core.policies.DeterministicPolicy``): raw observation (a ``[B,O]``
     tensor, or the dict of parts with images uint8) -> deterministic action; normaliser and encoder inside. It
     shares ``ac``'s modules (copy ``ac`` first for a policy that must not move with training)."""
-    return DeterministicPolicy(ActionMode(ac.actor, ac.discrete), ObservationFeatures(ac.norm, ac.encoder))
+    return DeterministicPolicy(ActionMode(ac.actor, ac.discrete),
+                               ObservationFeatures(ac.norm, ac.encoder, ac.part_norms, ac.actor_parts))
 
 
 class PPO:
@@ -298,9 +367,14 @@ class PPO:
         """``grad_reduce`` averages gradients in place across data-parallel ranks, ``stats_reduce`` sums a
         tensor across ranks and ``broadcast`` copies rank 0's parameters to every rank; all None for
         single-process training."""
-        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.config, self.device = config, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
-        self.ac = ActorCritic(config, spec).to(self.device)
+        self.ac = ActorCritic(config, spec, config.actor_parts, config.critic_parts).to(self.device)
+        self.env_spec = spec  # what the envs hand out (every part, the critic's included)
+        # what the policy reads, and so what its export takes in: the env's spec without the parts the actor
+        # leaves out (a privileged part read by the critic only); the env's spec itself when it reads them all
+        whole = self.ac.actor_parts == tuple(p.name for p in spec.parts)
+        self.spec = spec if whole else spec.with_parts(self.ac.actor_parts)
         if broadcast is not None:
             broadcast(self.ac)
         self.params = [p for p in self.ac.parameters() if p.requires_grad]
@@ -369,7 +443,7 @@ class PPO:
         if self.ac.flat:
             assert isinstance(batch.obs, torch.Tensor)  # a flat spec: plain-tensor observations
             with torch.no_grad():
-                lead = [self.ac.features(batch.obs.reshape(S, self.spec.obs_dim))]  # [S,O]
+                lead = [self.ac.features(batch.obs.reshape(S, self.env_spec.obs_dim))]  # [S,O]
             obs_all = None
         else:
             lead, obs_all = [], obs_map(lambda v: v.flatten(0, 1), batch.obs)  # parts [S,*shape]
@@ -390,15 +464,15 @@ class PPO:
             for i in range(n_mb):
                 rows = shuffled[i * mb:(i + 1) * mb]  # [B,O+A+4] view
                 if obs_all is None:
-                    x = rows[:, :O]  # [B,O]
-                else:  # with gradients into the encoder
-                    x = self.ac.features(obs_index(obs_all, perm[i * mb:(i + 1) * mb]))  # [B,F]
+                    x = xc = rows[:, :O]  # [B,O]
+                else:  # with gradients into the encoder; the critic's features may hold privileged parts
+                    x, xc = self.ac.both_features(obs_index(obs_all, perm[i * mb:(i + 1) * mb]))  # [B,F], [B,F_c]
                 act = rows[:, O:O + A]  # [B,A]
                 if self.spec.discrete:
                     act = act.squeeze(1).long()  # [B]
                 logp_old, v_old, adv_b, ret_b = rows[:, O + A:].unbind(1)  # 4 x [B]
                 logp, ent = self.ac.log_prob_entropy(x, act)
-                v = self.ac.critic(x).squeeze(-1)  # [B]
+                v = self.ac.critic(xc).squeeze(-1)  # [B]
                 loss, parts = ppo_losses(cfg, logp, ent, v, logp_old, v_old, adv_b, ret_b)
                 self.opt.zero_grad(set_to_none=False)
                 loss.backward()
@@ -431,9 +505,9 @@ class PPO:
                         g["lr"] = self.lr
                 if cfg.target_kl is not None and kl > cfg.target_kl:
                     break
-        if isinstance(self.ac.norm, RunningNorm):
-            obs = batch.obs  # a tensor exactly when the spec is flat
-            self._update_norm(obs if isinstance(obs, torch.Tensor) else obs["state"])
+        obs = batch.obs  # a tensor exactly when the spec is flat
+        for name, norm in self.ac.norms().items():
+            self._update_norm(norm, obs if isinstance(obs, torch.Tensor) else obs[name])
         m = (sums / steps).detach()  # [6]
         with torch.no_grad():
             explained = 1 - (ret - value).var() / (ret.var() + 1e-8)
@@ -454,9 +528,9 @@ class PPO:
         return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
     @torch.no_grad()
-    def _update_norm(self, obs: torch.Tensor) -> None:
-        """Merge the moments of ``[T,N,O]`` flat observations (or ``state`` parts) into the normalizer."""
-        x = obs.reshape(-1, self.spec.obs_dim).double()  # [S,O]
+    def _update_norm(self, norm: RunningNorm, obs: torch.Tensor) -> None:
+        """Merge the moments of ``[T,N,O]`` flat observations (or of one vector part) into its normalizer."""
+        x = obs.reshape(-1, norm.mean.numel()).double()  # [S,O]
         cnt = torch.tensor(float(x.shape[0]), dtype=torch.float64, device=x.device)
         s1, s2 = x.sum(0), x.square().sum(0)  # [O]
         if self.stats_reduce is not None:
@@ -464,8 +538,6 @@ class PPO:
             s1, s2, cnt = packed[: len(s1)], packed[len(s1): 2 * len(s1)], packed[-1]
         mean = s1 / cnt
         var = (s2 / cnt - mean.square()).clamp_min(0)
-        norm = self.ac.norm
-        assert isinstance(norm, RunningNorm)  # called only with observation normalization on
         norm.merge(mean.to(norm.mean.dtype), var.to(norm.var.dtype), cnt)
 
     # -- state --------------------------------------------------------------------------------------

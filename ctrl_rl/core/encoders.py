@@ -204,29 +204,43 @@ class Encoder(nn.Module):
     """An ``Obs`` batch -> features ``[B,out_dim]``: one sub-encoder per part, concatenated in part order.
 
     Built by ``make_encoder``. For flat observations it has no sub-encoders and ``forward`` returns its
-    input (flattened to ``[B,O]`` only when the state has several dims).
+    input (flattened to ``[B,O]`` only when the state has several dims). A ``keyed`` encoder always reads a
+    dict of parts, even of the single ``state`` part (a network that reads some of an env's parts, e.g. the
+    actor of an asymmetric actor-critic); parts of the dict it was not built for are left alone.
     """
 
-    def __init__(self, parts: Sequence[ObsPart], cfg: EncoderConfig):
+    def __init__(self, parts: Sequence[ObsPart], cfg: EncoderConfig, keyed: bool = False):
         super().__init__()
         self.parts = tuple(parts)
         if not self.parts:
             raise ValueError("an encoder needs at least one observation part.")
-        self.passthrough = is_flat(self.parts)
+        self.passthrough = is_flat(self.parts) and not keyed
         self.flatten_state = self.passthrough and len(self.parts[0].shape) != 1
         self.names = [p.name for p in self.parts]
         # nn.ModuleDict keys may not contain "."; part names use "/" (image/top), which is allowed.
         encoders = {} if self.passthrough else {p.name: _part_encoder(p, cfg) for p in self.parts}
         self.encoders = nn.ModuleDict(encoders)
+        self.part_dims = {k: int(m.out_dim) for k, m in encoders.items()}  # features of each part
         self.out_dim = self.parts[0].numel if self.passthrough else sum(m.out_dim for m in encoders.values())
 
-    def forward(self, obs: Obs) -> torch.Tensor:
+    def forward(self, obs: Obs, names: Sequence[str] | None = None) -> torch.Tensor:
+        """Features of every part (``names`` None), or of the parts ``names`` only, concatenated in that order
+        (a subset of the parts the encoder was built for; not for a pass-through encoder)."""
         if self.passthrough:  # flat state: no op at all
             assert isinstance(obs, torch.Tensor)  # a flat spec (is_flat) means plain-tensor observations
             return obs.flatten(1) if self.flatten_state else obs  # [B,O]
         assert not isinstance(obs, torch.Tensor)  # several parts, or a non-flat one: a dict of parts
-        feats = [self.encoders[k](obs[k]) for k in self.names]  # [B,F_k] each
+        feats = list(self.part_features(obs, self.names if names is None else names).values())  # [B,F_k] each
         return feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1)  # [B,F]
+
+    def part_features(self, obs: dict[str, torch.Tensor], names: Sequence[str]) -> dict[str, torch.Tensor]:
+        """``{name: [B,F_name]}``: each part's own features, for a caller that concatenates several subsets of
+        them (an asymmetric actor-critic's actor and critic) without encoding a part twice."""
+        return {k: self.encoders[k](obs[k]) for k in names}
+
+    def out_dim_of(self, names: Sequence[str]) -> int:
+        """Features of the parts ``names`` together (``forward(obs, names)``'s width)."""
+        return sum(self.part_dims[k] for k in names)
 
 
 def _part_encoder(part: ObsPart, cfg: EncoderConfig) -> ImageEncoder | TokenEncoder | VectorEncoder:
@@ -245,6 +259,7 @@ def _part_encoder(part: ObsPart, cfg: EncoderConfig) -> ImageEncoder | TokenEnco
     return VectorEncoder(part)  # vector parts and float language embeddings pass through
 
 
-def make_encoder(parts: Sequence[ObsPart], cfg: EncoderConfig = EncoderConfig()) -> Encoder:
-    """The encoder of observations made of ``parts`` (``spec.parts``); see the module docstring."""
-    return Encoder(parts, cfg)
+def make_encoder(parts: Sequence[ObsPart], cfg: EncoderConfig = EncoderConfig(), keyed: bool = False) -> Encoder:
+    """The encoder of observations made of ``parts`` (``spec.parts``, or some of them with ``keyed``: dicts of parts
+    in, even for the single ``state`` part); see the module docstring and ``Encoder``."""
+    return Encoder(parts, cfg, keyed)
