@@ -253,8 +253,14 @@ class SAC:
             raise ValueError(f"{type(self).__name__}'s actor reads flat observations: {spec.env_id} has the "
                              f"observation "
                              f"parts {[p.name for p in spec.parts]} (expected a single float 'state')")
-        # flat observations: no encoder at all (no parameters, no op, the networks they had before encoders)
-        self.encoder: Encoder | None = None if spec.is_flat else make_encoder(spec.parts, c.encoder).to(self.device)
+        # flat observations: no encoder at all (no parameters, no op, the networks they had before encoders). A
+        # privileged part (EnvSpec.privileged_parts) is read by neither network, so the policy and its export need
+        # only what a robot has; ``spec`` then says what the policy reads (the export's inputs).
+        parts = [p for p in spec.parts if p.name in spec.robot_parts]
+        self.encoder: Encoder | None = (None if spec.is_flat else
+                                        make_encoder(parts, c.encoder, keyed=True).to(self.device))
+        if spec.privileged_parts:
+            self.spec = spec.with_parts(spec.robot_parts)
         feat_dim = spec.obs_dim if self.encoder is None else self.encoder.out_dim
         actor_linears: list[nn.Linear] = []  # of SAC's own actor (a given actor keeps its initialisation)
         if actor is None:

@@ -206,7 +206,8 @@ class Encoder(nn.Module):
     Built by ``make_encoder``. For flat observations it has no sub-encoders and ``forward`` returns its
     input (flattened to ``[B,O]`` only when the state has several dims). A ``keyed`` encoder always reads a
     dict of parts, even of the single ``state`` part (a network that reads some of an env's parts, e.g. the
-    actor of an asymmetric actor-critic); parts of the dict it was not built for are left alone.
+    actor of an asymmetric actor-critic); parts of the dict it was not built for are left alone. Built for the
+    single ``state`` part, it also takes that part as a plain tensor (the input of such a policy's export).
     """
 
     def __init__(self, parts: Sequence[ObsPart], cfg: EncoderConfig, keyed: bool = False):
@@ -215,6 +216,7 @@ class Encoder(nn.Module):
         if not self.parts:
             raise ValueError("an encoder needs at least one observation part.")
         self.passthrough = is_flat(self.parts) and not keyed
+        self.keyed_state = is_flat(self.parts) and keyed  # reads {"state": ...}, or the state part as a tensor
         self.flatten_state = self.passthrough and len(self.parts[0].shape) != 1
         self.names = [p.name for p in self.parts]
         # nn.ModuleDict keys may not contain "."; part names use "/" (image/top), which is allowed.
@@ -229,6 +231,8 @@ class Encoder(nn.Module):
         if self.passthrough:  # flat state: no op at all
             assert isinstance(obs, torch.Tensor)  # a flat spec (is_flat) means plain-tensor observations
             return obs.flatten(1) if self.flatten_state else obs  # [B,O]
+        if isinstance(obs, torch.Tensor) and self.keyed_state:
+            obs = {"state": obs}  # the export of a policy that reads the state part alone passes it as a tensor
         assert not isinstance(obs, torch.Tensor)  # several parts, or a non-flat one: a dict of parts
         feats = list(self.part_features(obs, self.names if names is None else names).values())  # [B,F_k] each
         return feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1)  # [B,F]

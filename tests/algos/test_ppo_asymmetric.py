@@ -125,3 +125,17 @@ def test_cli_trains_go1_with_a_privileged_critic_resumes_and_exports_the_actor_o
     action = sess.run(None, {"state": torch.randn(3, 48).numpy()})[0]
     assert action.shape == (3, 12)
     assert meta["dt"] == pytest.approx(0.02)
+
+
+def test_sac_reads_no_privileged_part():
+    """SAC has no critic-only inputs: on a task with a privileged part neither network reads it, and its export
+    takes the robot's parts only."""
+    from ctrl_rl.algos.sac import SAC, SACConfig
+
+    algo = SAC(SACConfig(actor_hidden=(16,), critic_hidden=(16,)), SPEC, "cpu", torch.Generator().manual_seed(0))
+    assert algo.spec.is_flat and algo.spec.obs_dim == O and algo.encoder is not None and algo.encoder.out_dim == O
+    obs = _obs(torch.Generator().manual_seed(1), N)
+    other = {**obs, "privileged_state": obs["privileged_state"] + 100.0}
+    assert torch.equal(algo.act(obs, deterministic=True), algo.act(other, deterministic=True))
+    policy = algo.exportable()
+    assert torch.equal(policy(obs["state"]), algo.act(obs, deterministic=True))  # the export's tensor input
