@@ -118,7 +118,9 @@ class IMPALA:
                  generator: torch.Generator | None = None):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.gen = generator if generator is not None else torch.Generator(device=self.device)
-        self.ac = ActorCritic(config, spec).to(self.device)
+        self.ac = ActorCritic(config, spec).to(self.device)  # a privileged part reaches neither network
+        if spec.privileged_parts:  # what the policy reads, and so what its export takes in
+            self.spec = spec.with_parts(self.ac.actor_parts)
         self.params = [p for p in self.ac.parameters() if p.requires_grad]
         if config.optimizer == "rmsprop":
             self.opt = torch.optim.RMSprop(self.params, lr=config.lr, alpha=0.99, eps=0.01)

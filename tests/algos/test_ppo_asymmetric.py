@@ -139,3 +139,13 @@ def test_sac_reads_no_privileged_part():
     assert torch.equal(algo.act(obs, deterministic=True), algo.act(other, deterministic=True))
     policy = algo.exportable()
     assert torch.equal(policy(obs["state"]), algo.act(obs, deterministic=True))  # the export's tensor input
+
+
+def test_impala_reads_no_privileged_part():
+    from ctrl_rl.algos.impala import IMPALA, IMPALAConfig
+
+    algo = IMPALA(IMPALAConfig(actor_hidden=(16,), critic_hidden=(16,)), SPEC, "cpu", torch.Generator().manual_seed(0))
+    assert algo.ac.actor[0].in_features == algo.ac.critic[0].in_features == O
+    assert algo.spec.is_flat and algo.spec.obs_dim == O  # the export reads state only
+    obs = _obs(torch.Generator().manual_seed(1), N)
+    assert torch.equal(algo.exportable()(obs["state"]), algo.act(obs, deterministic=True))
