@@ -246,8 +246,11 @@ def check_compatible(meta: dict, spec, robot: RobotSpec | None, where: str) -> N
     """Refuse, in one sentence, an export whose observation parts or action space differ from ``spec`` (the env's)."""
     encoded = {i["name"] for i in meta["inputs"] if i.get("encoding")}  # built by the runtime (a prompt's token ids)
     want = [(i["name"], tuple(i["shape"][1:]), i["dtype"]) for i in meta["inputs"] if i["name"] not in encoded]
+    read = {i["name"] for i in meta["inputs"]}
+    # a privileged part (simulator-only, EnvSpec.privileged_parts) the policy does not read is no input of the export
     have = [(p.name.replace("/", "."), tuple(p.shape), str(p.dtype).removeprefix("torch.")) for p in spec.parts
-            if p.name.replace("/", ".") not in encoded]
+            if p.name.replace("/", ".") not in encoded
+            and (p.name.replace("/", ".") in read or p.name not in spec.privileged_parts)]
     missing = encoded - {p.name.replace("/", ".") for p in spec.parts}
     if missing:
         raise UserInputError(f"{where} has no observation part {sorted(missing)[0]!r} the export reads its instruction "

@@ -126,6 +126,10 @@ def test_cli_trains_go1_with_a_privileged_critic_resumes_and_exports_the_actor_o
     assert action.shape == (3, 12)
     assert meta["dt"] == pytest.approx(0.02)
 
+    # the deploy runtime runs it against the simulator, feeding only the policy's part
+    assert main(["deploy", str(d / "export"), "--sim", "envpool:Go1JoystickFlatTerrain-v1", "--max-steps", "20",
+                 "--rate", "0"]) == 0, capsys.readouterr().err
+
 
 def test_sac_reads_no_privileged_part():
     """SAC has no critic-only inputs: on a task with a privileged part neither network reads it, and its export
