@@ -29,7 +29,9 @@ Conventions of envpool 1.2.5 that this adapter relies on (checked in tests/envs/
   quantities for an asymmetric critic), which ``spec.privileged_parts`` names; tasks whose observation is one
   vector (the Panda, Aloha, Barkour, H1, Op3 tasks) have the single ``state`` part. ``spec.dt`` is the
   task's control period ``ctrl_dt`` times its ``action_repeat`` (AlohaSinglePegInsertion: 0.0025 s x 2).
-  Checked in tests/envs/test_playground.py.
+  Checked in tests/envs/test_playground.py. The Go1 joystick tasks carry their robot (``spec.robot``: joints in
+  actuator order, the ``home`` keyframe as default pose, ``kp`` / ``kd``, the action as ``default pose +
+  action_scale * action``), read from the task's model file and envpool's config by ``envs/playground.py``.
 - An observation that is a rank-3 uint8 Box (Atari's stacked frames ``[4,84,84]``) is an image: the env
   hands out the dict ``{"image/frames": uint8 [N,C,H,W]}`` (``core/obs.py``), ``spec.parts`` is that one
   part, and the CNN of ``core/encoders.make_encoder`` reads it (checked in tests/envs/test_envpool_atari.py).
@@ -66,6 +68,7 @@ import numpy as np
 import torch
 
 from ctrl_rl.core.obs import Obs, ObsPart, state_shape
+from ctrl_rl.envs.playground import playground_robot
 from ctrl_rl.envs.protocol import EnvSpec, StepOut, action_to_numpy
 from ctrl_rl.envs.reseed import load_metadata_state, metadata_state
 from ctrl_rl.errors import UserInputError
@@ -395,6 +398,8 @@ def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSp
         high = tuple(float(x) for x in np.broadcast_to(act_space.high, act_space.shape).ravel())
     config = envpool_spec.config._asdict()
     max_steps = config.get("max_episode_steps")
+    # a Playground legged task's robot (joint names, default pose, PD gains, action scale / offset), else None
+    robot = playground_robot(task, config) if _is_playground(envpool_spec) else None
     return EnvSpec(
         env_id=f"envpool:{task}",
         obs_shape=obs_shape,
@@ -407,6 +412,9 @@ def _spec(task: str, envpool_spec: Any, obs_space: Any, act_space: Any) -> EnvSp
         backend="envpool",
         obs_parts=obs_parts,
         privileged_parts=tuple(p.name for p in obs_parts if p.name.startswith("privileged")),
+        robot=robot,
+        action_units=robot.action_space().units if robot is not None else (),
+        action_space_name=robot.default_action if robot is not None else None,
     )
 
 
