@@ -2,7 +2,8 @@
 positions, PD gains, action scale / offset / kind, control rate, observation layout), written to ``policy.json`` and
 the ONNX model's ``metadata_props`` and read back equal; the runtime takes the robot and the filter's state from it.
 Franka: a tiny manip:Reach run exported end to end; a legged robot: a RobotSpec with gains and a joint-offset action
-(the shape of MuJoCo Playground's Go1) through the same functions."""
+(the shape of MuJoCo Playground's Go1) through the same functions; Go1: a tiny PPO run on
+envpool:Go1JoystickFlatTerrain-v1 exported end to end (the task's own robot spec) and deployed against the task."""
 
 import json
 import math
@@ -113,3 +114,47 @@ def test_a_robot_spec_refuses_half_gains_and_misfit_offsets():
     with pytest.raises(UserInputError, match="offset"):
         ActionSpace("v", (-1.0,), (1.0,), ("rad",), "delta", step_scale=(0.2,), offset=(0.0,))
     assert math.isclose(ActionSpace("p", (-1.0,), (1.0,), ("rad",)).scale[0], 1.0)
+
+
+GO1 = "envpool:Go1JoystickFlatTerrain-v1"
+GO1_JOINTS = [f"{leg}_{j}_joint" for leg in ("FR", "FL", "RR", "RL") for j in ("hip", "thigh", "calf")]
+GO1_HOME = [0.1, 0.9, -1.8, -0.1, 0.9, -1.8, 0.1, 0.9, -1.8, -0.1, 0.9, -1.8]  # the scene's "home" keyframe
+
+
+def test_a_go1_export_carries_the_robot_side_metadata_and_deploys(tmp_path, capsys):
+    """PPO on MuJoCo Playground's Go1 (a few steps), exported: the deploy block and the ONNX metadata hold the 12
+    joints in actuator order, the home keyframe as default pose and as the action's offset, envpool's gains and
+    action scale, 50 Hz and the robot's observation only; the deploy runtime then drives the simulator with it."""
+    pytest.importorskip("envpool")
+    pytest.importorskip("onnxruntime")
+    d = tmp_path / "go1"
+    args = ["train", "ppo", "--env", GO1, "--num-envs", "2", "--total-steps", "64", "--rollout-steps", "32",
+            "--minibatch-size", "32", "--epochs", "1", "--threads", "1", "--no-progress", "--run-dir", str(d)]
+    assert main(args) == 0, capsys.readouterr().err
+    assert main(["export", str(d), "--out", str(d / "out")]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    meta = read_export(d / "out")
+    dep = meta["deploy"]
+    assert dep["robot"] == "unitree_go1" and dep["joint_names"] == GO1_JOINTS
+    assert dep["default_joint_pos"] == GO1_HOME
+    assert dep["joint_stiffness"] == [35.0] * 12 and dep["joint_damping"] == [0.5] * 12
+    assert dep["action_space"] == "joint_position_offset" and dep["action_kind"] == "absolute"
+    assert dep["action_scale"] == [0.5] * 12 and dep["action_offset"] == GO1_HOME  # target = home + 0.5 * action
+    assert dep["control_hz"] == pytest.approx(50.0)
+    (state,) = dep["observation"]  # the policy's part only: privileged_state is the simulator's
+    assert (state["name"], state["part"], state["shape"], state["dtype"]) == ("state", "state", [48], "float32")
+    assert [i["name"] for i in meta["inputs"]] == ["state"]
+    assert meta["action"]["units"] == ["rad"] * 12
+    props = _onnx_props(d / "out" / "policy.onnx")
+    assert json.loads(props["ctrl_rl"]) == meta
+    flat = parse_onnx_deploy_props(props)
+    for k in ("joint_names", "default_joint_pos", "joint_stiffness", "joint_damping", "action_scale",
+              "action_offset", "robot", "action_space", "action_kind", "control_hz"):
+        assert flat[k] == dep[k], k
+    assert flat["observation_names"] == ["state"]
+    assert export_robot(meta) == spec_of(GO1).robot  # the robot side reads the whole spec back
+
+    assert main(["deploy", str(d / "out"), "--sim", GO1, "--episodes", "1", "--max-steps", "50", "--rate", "0"]) == 0, \
+        capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["ticks"] == 50, summary
