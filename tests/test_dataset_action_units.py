@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ctrl_rl.cli import main
-from ctrl_rl.deploy.export import onnx_session
+from ctrl_rl.deploy.sidecar import onnx_session
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.errors import UserInputError

@@ -46,12 +46,12 @@ from torch import nn
 
 from ctrl_rl.core.obs import ObsPart
 from ctrl_rl.core.protocols import ChunkPolicy, LanguagePolicy, Recurrent, RecurrentPolicy
+from ctrl_rl.deploy.sidecar import FORMAT_VERSION, onnx_session
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.registry import spec_of
 from ctrl_rl.errors import UserInputError
 
 FORMATS = ("onnx", "pt2")
-FORMAT_VERSION = 1
 PARITY_TOL = 1e-5
 """Largest |onnxruntime - eager| allowed at export (d3rlpy tests its exports at the same tolerance)."""
 
@@ -287,16 +287,6 @@ def _export_pt2(module: ExportModule, args: tuple, path: Path) -> None:
     torch.export.save(ep, str(path))
 
 
-def onnx_session(path: str | Path):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
 def _add_onnx_metadata(path: Path, meta: dict) -> None:
     import onnx
 
@@ -420,25 +410,3 @@ def export_run(path: str, opts: ExportOptions = ExportOptions()) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return {**meta, "out": str(out)}
-
-
-def read_export(directory: str | Path) -> dict:
-    """``policy.json`` of an export directory, checked enough to run: one sentence when it is not an export."""
-    d = Path(directory)
-    f = d / "policy.json"
-    if not f.is_file():
-        raise UserInputError(f"{str(d)!r} has no policy.json: expected a directory written by `ctrl-rl export`")
-    try:
-        meta = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise UserInputError(f"{str(f)!r} is not valid JSON ({e}): "
-                             "expected the sidecar `ctrl-rl export` writes") from None
-    if not isinstance(meta, dict) or meta.get("format") != "ctrl_rl.export":
-        raise UserInputError(f"{str(f)!r} is not a ctrl_rl export sidecar: expected \"format\": \"ctrl_rl.export\"")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise UserInputError(f"{str(f)!r} has export format version {meta.get('format_version')!r}: expected "
-                             f"{FORMAT_VERSION} (re-export the run with this ctrl_rl)")
-    for key in ("inputs", "outputs", "action", "files"):
-        if key not in meta:
-            raise UserInputError(f"{str(f)!r} lacks {key!r}: expected the fields `ctrl-rl export` writes")
-    return meta

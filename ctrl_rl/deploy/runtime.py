@@ -197,7 +197,7 @@ class OnnxPolicy:
     """``policy.onnx`` in onnxruntime (one thread), called with a dict of batch-1 inputs."""
 
     def __init__(self, path: str | Path):
-        from ctrl_rl.deploy.export import onnx_session
+        from ctrl_rl.deploy.sidecar import onnx_session
 
         self.session = onnx_session(path)
         self.input_names = [i.name for i in self.session.get_inputs()]
@@ -547,7 +547,7 @@ class DeployOptions:
 
 def deploy_sim(export_dir: str, opts: DeployOptions) -> dict[str, Any]:
     """Run an export against a simulator through the runtime (``ctrl-rl deploy``); returns the summary."""
-    from ctrl_rl.deploy.export import read_export
+    from ctrl_rl.deploy.sidecar import read_export
 
     meta = read_export(export_dir)
     if not opts.server and "onnx" not in meta["files"]:

@@ -110,8 +110,8 @@ class PolicyServer:
 
     def __init__(self, export_dir: str | Path, opts: ServeOptions = ServeOptions(),
                  policy: Callable[[dict[str, np.ndarray]], list] | None = None):
-        from ctrl_rl.deploy.export import read_export
         from ctrl_rl.deploy.runtime import OnnxPolicy
+        from ctrl_rl.deploy.sidecar import read_export
 
         self.export_dir, self.opts = Path(export_dir), opts
         self.meta = read_export(export_dir)

@@ -33,7 +33,8 @@ RESULTS = Path(__file__).resolve().parent  # this study's folder: its results li
 
 from ctrl_rl.algos.sac import SAC, SACConfig  # noqa: E402
 from ctrl_rl.core.obs import ObsPart  # noqa: E402
-from ctrl_rl.deploy.export import ExportModule, _export_onnx, example_inputs, input_name, onnx_session  # noqa: E402
+from ctrl_rl.deploy.export import ExportModule, _export_onnx, example_inputs, input_name  # noqa: E402
+from ctrl_rl.deploy.sidecar import onnx_session  # noqa: E402
 from ctrl_rl.envs.protocol import EnvSpec  # noqa: E402
 
 

@@ -160,8 +160,8 @@ def worker_export(a) -> dict:
 
 def worker_graph(a) -> dict:
     """Time the exported graph in ``a.export`` at batch 1 on a SimRobot observation (fresh process)."""
-    from ctrl_rl.deploy.export import read_export
     from ctrl_rl.deploy.runtime import OnnxPolicy, Prompter, SimRobot
+    from ctrl_rl.deploy.sidecar import read_export
 
     d = Path(a.export)
     meta = read_export(d)

@@ -14,8 +14,9 @@ import torch
 
 from ctrl_rl.cli import main
 from ctrl_rl.core.obs import ObsPart
-from ctrl_rl.deploy.export import deploy_metadata, onnx_deploy_props, parse_onnx_deploy_props, read_export
+from ctrl_rl.deploy.export import deploy_metadata, onnx_deploy_props, parse_onnx_deploy_props
 from ctrl_rl.deploy.runtime import export_robot, robot_state
+from ctrl_rl.deploy.sidecar import read_export
 from ctrl_rl.envs import spec_of
 from ctrl_rl.envs.protocol import EnvSpec, RobotStateLayout
 from ctrl_rl.robots.spec import ActionSpace, RobotSpec, franka_droid

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from ctrl_rl.cli import main
-from ctrl_rl.deploy.export import ExportModule, example_inputs, input_name, onnx_session, read_export
+from ctrl_rl.deploy.export import ExportModule, example_inputs, input_name
+from ctrl_rl.deploy.sidecar import onnx_session, read_export
 from ctrl_rl.learn.evaluate import load_policy
 from tests.learn.conftest import hopper_dataset, model_run  # noqa: F401  (session fixtures of the model-based runs)
 from tests.learn.test_offline import write_pendulum_dataset

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ctrl_rl.cli import main
-from ctrl_rl.deploy.export import read_export
+from ctrl_rl.deploy.sidecar import read_export
 from ctrl_rl.robots.spec import franka_droid
 
 pytestmark = pytest.mark.filterwarnings("ignore")
