@@ -33,6 +33,17 @@ def _onnx_props(path) -> dict[str, str]:
     return {p.key: p.value for p in onnx.load(str(path)).metadata_props}
 
 
+
+def assert_onnx_carries(path, meta: dict, dep: dict) -> None:
+    """The ONNX model holds the whole sidecar as JSON and the deploy fields flat, equal to ``policy.json``'s."""
+    props = _onnx_props(path)
+    assert json.loads(props["ctrl_rl"]) == meta
+    flat = parse_onnx_deploy_props(props)
+    for k in ("joint_names", "default_joint_pos", "joint_stiffness", "joint_damping", "action_scale",
+              "action_offset", "robot", "action_space", "action_kind", "control_hz"):
+        assert flat[k] == dep[k], k
+    assert flat["observation_names"] == ["state"]
+
 def test_a_franka_export_carries_the_robot_side_metadata_and_it_reads_back_equal(tmp_path, capsys):
     pytest.importorskip("mujoco")
     pytest.importorskip("envpool_assets")
@@ -55,13 +66,7 @@ def test_a_franka_export_carries_the_robot_side_metadata_and_it_reads_back_equal
     assert state["slices"] == [{"name": "joint_position", "start": 0, "stop": 7, "units": "rad"},
                                {"name": "ee_position", "start": 7, "stop": 10, "units": "m"}]
     # the ONNX model holds the same: the whole sidecar as JSON, and the deploy fields flat
-    props = _onnx_props(d / "out" / "policy.onnx")
-    assert json.loads(props["ctrl_rl"]) == meta
-    flat = parse_onnx_deploy_props(props)
-    for k in ("joint_names", "default_joint_pos", "joint_stiffness", "joint_damping", "action_scale",
-              "action_offset", "robot", "action_space", "action_kind", "control_hz"):
-        assert flat[k] == dep[k], k
-    assert flat["observation_names"] == ["state"]
+    assert_onnx_carries(d / "out" / "policy.onnx", meta, dep)
     # the runtime's view: the robot spec and the filter's state without building the task
     assert export_robot(meta) == robot
     obs = np.arange(O, dtype=np.float32)
@@ -146,13 +151,7 @@ def test_a_go1_export_carries_the_robot_side_metadata_and_deploys(tmp_path, caps
     assert (state["name"], state["part"], state["shape"], state["dtype"]) == ("state", "state", [48], "float32")
     assert [i["name"] for i in meta["inputs"]] == ["state"]
     assert meta["action"]["units"] == ["rad"] * 12
-    props = _onnx_props(d / "out" / "policy.onnx")
-    assert json.loads(props["ctrl_rl"]) == meta
-    flat = parse_onnx_deploy_props(props)
-    for k in ("joint_names", "default_joint_pos", "joint_stiffness", "joint_damping", "action_scale",
-              "action_offset", "robot", "action_space", "action_kind", "control_hz"):
-        assert flat[k] == dep[k], k
-    assert flat["observation_names"] == ["state"]
+    assert_onnx_carries(d / "out" / "policy.onnx", meta, dep)
     assert export_robot(meta) == spec_of(GO1).robot  # the robot side reads the whole spec back
 
     assert main(["deploy", str(d / "out"), "--sim", GO1, "--episodes", "1", "--max-steps", "50", "--rate", "0"]) == 0, \
