@@ -71,8 +71,7 @@ def chain_rate(batch: int, steps: int) -> float:
 
     cfg = DynamicsConfig()
     E = cfg.members
-    ws = [torch.randn(E, i, o, requires_grad=True) * (1 / i ** 0.5) for i, o in layer_dims(cfg)]
-    ws = [w.detach().requires_grad_() for w in ws]
+    ws = [(torch.randn(E, i, o) / i ** 0.5).requires_grad_() for i, o in layer_dims(cfg)]
     bs = [torch.zeros(E, 1, o, requires_grad=True) for _, o in layer_dims(cfg)]
     x = torch.randn(E, batch, OBS + ACT)
 
