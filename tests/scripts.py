@@ -20,3 +20,9 @@ def experiment_script(relpath: str, name: str):
         yield mod
     finally:
         sys.modules.pop(name, None)
+
+
+def plain_iqm(values: dict[str, list[float]]) -> dict[str, dict]:
+    """Stands in for experiments/common.py's ``iqm_ci`` where rliable (the bench extra's) is not installed: the plain
+    mean, the range as the interval, the same keys."""
+    return {k: {"iqm": sum(v) / len(v), "ci95": [min(v), max(v)], "seeds": len(v)} for k, v in values.items() if v}

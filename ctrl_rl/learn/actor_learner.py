@@ -219,6 +219,10 @@ def _worker_main(rank: int, algo_name: str, cfg, run: RunConfig, shared: dict, v
     sent = 0
     try:
         while not stop.is_set():
+            if die_after is not None and sent >= die_after:
+                out_q.close()
+                out_q.join_thread()  # the segments sent so far are delivered; then the crash
+                os._exit(3)  # abrupt, as a segfault or an OOM kill would be
             if version.value != actor.version:
                 with lock:
                     v = version.value
@@ -232,10 +236,6 @@ def _worker_main(rank: int, algo_name: str, cfg, run: RunConfig, shared: dict, v
                 except queue.Full:
                     continue
             sent += 1
-            if die_after is not None and sent >= die_after:
-                out_q.close()
-                out_q.join_thread()  # the segments sent so far are delivered; then the crash
-                os._exit(3)  # abrupt, as a segfault or an OOM kill would be
     finally:
         actor.close()
 
@@ -284,15 +284,18 @@ class ProcessBackend(_Unresumable):
             self.version.value = version
 
     def _check(self) -> None:
+        self._report_exits()
+        if self.alive == 0:
+            raise ActorsLost(f"all {len(self.procs)} actors are gone ({'; '.join(self.lost)}); the last checkpoint "
+                             "is kept")
+
+    def _report_exits(self) -> None:
         for k, p in enumerate(self.procs):
             if k not in self.dead and not p.is_alive():
                 self.dead.add(k)
                 msg = f"actor {k} exited with code {p.exitcode}; going on with {self.alive} actor(s)"
                 self.lost.append(msg)
                 print(f"ctrl-rl: {msg}", file=sys.stderr, flush=True)
-        if self.alive == 0:
-            raise ActorsLost(f"all {len(self.procs)} actors are gone ({'; '.join(self.lost)}); the last checkpoint "
-                             "is kept")
 
     def segments(self, n: int) -> list[Collected]:
         out, waited = [], 0.0
@@ -310,6 +313,7 @@ class ProcessBackend(_Unresumable):
         return out
 
     def close(self) -> None:
+        self._report_exits()  # an actor lost after the last update is still reported
         self.stop.set()
         try:  # drain so that workers blocked on a full queue can see the stop
             while True:

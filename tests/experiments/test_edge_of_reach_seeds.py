@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts import experiment_script
+from tests.scripts import experiment_script, plain_iqm
 
 SCALES = {"q_bound": 600.0, "mc_return_mean": 250.0, "gamma": 0.99, "episode_return_mean": 1000.0}
 
@@ -28,10 +28,6 @@ def fake_run(d: Path, q: list[float], returns: list[float]) -> None:
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def stub_iqm(values):
-    return {k: {"iqm": sum(v) / len(v), "ci95": [min(v), max(v)], "seeds": len(v)} for k, v in values.items() if v}
-
-
 def test_blow_up_steps_truth_ratios_reading_and_report(seeds, tmp_path, monkeypatch):
     fake_run(tmp_path / "mbpo-s0", [100, 300, 500, 550], [50, 60])
     fake_run(tmp_path / "mbpo-s1", [100, 400, 700, 900], [40, 30])  # passes the bound at its 3rd log (step 1500)
@@ -45,7 +41,7 @@ def test_blow_up_steps_truth_ratios_reading_and_report(seeds, tmp_path, monkeypa
     for algo, ratios in (("mbpo", (4.0, 6.0)), ("ravl", (1.5, 1.2))):  # what q_truth would have measured
         for seed, ratio in zip(("0", "1"), ratios):
             runs[algo][seed]["truth"] = {"ratio_mean": ratio, "corr_q_mc": 0.3}
-    monkeypatch.setattr(seeds, "iqm_ci", stub_iqm)
+    monkeypatch.setattr(seeds, "iqm_ci", plain_iqm)
     agg = seeds.aggregate(runs)
     assert agg["q_over_g"]["mbpo"]["iqm"] == pytest.approx(5.0)
     assert agg["p_ravl_ratio_below_mbpo"] == 1.0

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from ctrl_rl.learn.config import load_preset
-from tests.scripts import ROOT, experiment_script
+from tests.scripts import ROOT, experiment_script, plain_iqm
 
 pytest.importorskip("envpool")
 
@@ -52,6 +52,7 @@ def test_preset_trains_two_iterations_from_the_cli(name, tmp_path):
 def test_study_script_trains_resumes_evaluates_and_summarizes(tmp_path, monkeypatch):
     with experiment_script("experiments/playground_learning/playground_learning.py", "playground_learning") as mod:
         monkeypatch.setattr(mod, "RESULTS", tmp_path / "out")
+        monkeypatch.setattr(mod, "iqm_ci", plain_iqm)  # rliable is the bench extra's
         monkeypatch.setattr(mod, "preset", lambda task: {"run": {"env": PRESETS["panda-pickcube"], "num_envs": 8}})
         command = mod.train_command
 
