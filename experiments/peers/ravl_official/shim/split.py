@@ -21,14 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ravl_shim  # noqa: E402 (after the path)
 
 
-def main() -> None:
-    dataset, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    data = ravl_shim.read_file(ravl_shim.dataset_file(dataset))
+def holdout_rows(data: dict[str, np.ndarray], seed: int) -> np.ndarray:
+    """ctrl_rl's holdout rows for ``seed`` (sorted indices into the qlearning view of the file's arrays ``data``)."""
     S = int(ravl_shim.qlearning_rows(data).size)
     n = max(1, min(int(0.2 * S), S - 1))
     perm = torch.randperm(S, generator=torch.Generator().manual_seed(seed))  # [S]
-    np.save(out, np.sort(perm[:n].numpy()))
-    print(f"[split] ctrl_rl's holdout for seed {seed}: {n} of {S} rows -> {out}")
+    return np.sort(perm[:n].numpy())
+
+
+def main() -> None:
+    dataset, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    data = ravl_shim.read_file(ravl_shim.dataset_file(dataset))
+    rows = holdout_rows(data, seed)
+    np.save(out, rows)
+    print(f"[split] ctrl_rl's holdout for seed {seed}: {rows.size} of {ravl_shim.qlearning_rows(data).size} rows -> "
+          f"{out}")
 
 
 if __name__ == "__main__":
