@@ -3,14 +3,16 @@ budget and seeds: the dynamics fits' holdout MSE on the same rows, the agents' s
 with Welch's t-test, and their gradient steps/s.
 
 The official runs come from ``experiments/peers/ravl_official/run.py`` (its README says how to get the official
-checkout, ``--checkout`` checks it is there and clean): one ``--stage dynamics`` run with ``--holdout-rows ctrl_rl``
-(ctrl_rl's seed-0 holdout rows kept out of its data and scored afterwards, raw and on standardised targets) and
-one ``--stage agent`` run per seed. The ctrl_rl runs are ``ctrl-rl train ravl`` runs of
+checkout, ``--checkout`` checks it is there and clean): ``--stage dynamics`` runs with ``--holdout-rows ctrl_rl``
+(ctrl_rl's seed-0 holdout rows kept out of its data and scored afterwards, raw and on standardised targets), each
+compared with ctrl_rl's fit after as many epochs, and one ``--stage agent`` run per seed, on an official fit or on
+ctrl_rl's fit written in the official format (``experiments/peers/ravl_official/convert.py``: the two agents then
+imagine with the same model). The ctrl_rl runs are ``ctrl-rl train ravl`` runs of
 ``experiments/d4rl/run_table.py`` (``<runs>/ravl-s<seed>``) and their dynamics fit (``<runs>/dynamics``), whose
 ``holdout_mse`` is measured on the same rows (ctrl_rl's seed-0 split) on standardised targets.
 
     python experiments/ravl_parity/compare.py --checkout /work/peers/edge-of-reach \\
-        --official-fit /work/peers/runs/hc-dyn-full --official-agents /work/peers/runs/hc-ravl-s{0,1,2} \\
+        --official-fit /work/peers/runs/hc-dyn-30ep --official-agents /work/peers/runs/hc-ravl-c{0,1,2} \\
         --ctrl-rl runs/d4rl/halfcheetah-medium-v5 --at 20000
 
 Scores: both normalized with the local v5 references (the official shim's default ``--refs local``). Gradient
@@ -58,7 +60,7 @@ def official_agent(d: Path) -> dict:
     r = json.loads((d / "results.json").read_text())
     return {"seed": r["seed"], "steps": [e["step"] for e in r["evals"]],
             "scores": [e["normalized_mean"] for e in r["evals"]], "grad_steps_per_s": r.get("grad_steps_per_s"),
-            "commit": r.get("commit"), "checkout_modified": r.get("checkout_modified")}
+            "commit": r.get("commit"), "checkout_modified": r.get("checkout_modified"), "model": r.get("model")}
 
 
 def ctrl_rl_agent(d: Path, env: str) -> dict:
@@ -87,29 +89,58 @@ def welch(a: list[float], b: list[float]) -> dict:
             "mean_official": statistics.mean(b)}
 
 
-def fits(official_fit: Path, ctrl_fit: Path) -> dict:
-    o = json.loads((official_fit / "results.json").read_text())["holdout"]
+def fits(official_fits: list[Path], ctrl_fit: Path) -> dict:
+    """Holdout MSE (elites, standardised targets, ctrl_rl's seed-0 holdout rows) of each official fit beside ctrl_rl's
+    fit after the same number of epochs (its ``holdout_mse_best``: the elites' best weights so far, which is what
+    the official code saves), and ctrl_rl's final fit."""
     rows = [json.loads(x) for x in (ctrl_fit / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    return {"official": {"rows": o["rows"], "standardised_mse_elites": o["standardised_mse_elites"],
-                         "raw_mse_elites": o["raw_mse_elites"], "standardised_mse_per_member": o["standardised_mse"]},
-            "ctrl_rl": {"epochs": rows[-1]["step"], "standardised_mse_elites": rows[-1]["holdout_mse_best"],
-                        "calibration": rows[-1].get("calibration")}}
+    by_epoch = {r["step"]: r for r in rows}
+    equal = []
+    for d in official_fits:
+        res = json.loads((d / "results.json").read_text())
+        o = res["holdout"]
+        epochs = max(e["epoch"] for e in res["fit"]["epochs"]) if res.get("fit") else None  # epoch 0: before training
+        mine = by_epoch.get(epochs) if epochs is not None else None
+        equal.append({"epochs": epochs, "official": {"run": str(d), "rows": o["rows"],
+                                                     "standardised_mse_elites": o["standardised_mse_elites"],
+                                                     "raw_mse_elites": o["raw_mse_elites"],
+                                                     "standardised_mse_per_member": o["standardised_mse"],
+                                                     "wall_seconds": res.get("wall_seconds"),
+                                                     "threads": res.get("torch_threads")},
+                      "ctrl_rl": None if mine is None else {"standardised_mse_elites": mine["holdout_mse_best"],
+                                                            "calibration": mine.get("calibration")}})
+    return {"equal_epochs": equal,
+            "ctrl_rl_final": {"epochs": rows[-1]["step"], "standardised_mse_elites": rows[-1]["holdout_mse_best"],
+                              "calibration": rows[-1].get("calibration")}}
+
+
+def agents_model(official_agents: list[dict]) -> str:
+    """Which model the official agents imagined with: ctrl_rl's fit written in the official format (convert.py
+    leaves convert.json two levels above the model folder) or an official fit."""
+    kinds = {"ctrl_rl's fit (convert.py)" if (Path(r["model"]).parents[1] / "convert.json").is_file()
+             else "an official fit" for r in official_agents if r.get("model")}
+    return " and ".join(sorted(kinds)) or "unknown"
 
 
 def markdown(p: dict) -> str:
     f, s, w = p["fits"], p["scores"], p["welch"]
     lines = ["# RAVL: ctrl_rl against the official code (same data, budget and seeds)", "",
-             f"{p['date']}; official checkout {p['official_commit'][:7]}; step {p['at']:,}.", "",
+             f"{p['date']}; official checkout {p['official_commit'][:7]}; step {p['at']:,}; the official agents "
+             f"imagined with {p['official_agents_model']}.", "",
              "| | ctrl_rl | official |", "|---|---|---|",
-             f"| dynamics holdout MSE, elites, standardised targets (ctrl_rl's seed-0 holdout rows) | "
-             f"{f['ctrl_rl']['standardised_mse_elites']:.5f} ({f['ctrl_rl']['epochs']} epochs) | "
-             f"{f['official']['standardised_mse_elites']:.5f} |",
              f"| score at {p['at']:,} steps, per seed | {', '.join(f'{x:.1f}' for x in s['ctrl_rl'])} | "
              f"{', '.join(f'{x:.1f}' for x in s['official'])} |",
              f"| mean | {w['mean_ctrl_rl']:.1f} | {w['mean_official']:.1f} |",
-             f"| gradient steps/s (median of seeds) | {p['speed']['ctrl_rl']:.1f} | {p['speed']['official']:.1f} |",
-             "", f"Welch's t-test: t = {w['t']:.2f}, p = {w['p']:.3f}. Speed ratio ctrl_rl / official: "
-             f"**{p['speed']['ratio']:.2f}**.", "", f"`{p['command']}`", ""]
+             f"| gradient steps/s (median of seeds) | {p['speed']['ctrl_rl']:.1f} | {p['speed']['official']:.1f} |"]
+    for e in f["equal_epochs"]:
+        mine = e["ctrl_rl"]
+        lines.append(f"| dynamics holdout MSE after {e['epochs']} epochs (elites, standardised targets, ctrl_rl's "
+                     f"seed-0 holdout rows) | {'-' if mine is None else format(mine['standardised_mse_elites'], '.5f')}"
+                     f" | {e['official']['standardised_mse_elites']:.5f} |")
+    fin = f["ctrl_rl_final"]
+    lines += ["", f"ctrl_rl's fit at its end: {fin['standardised_mse_elites']:.5f} after {fin['epochs']} epochs.",
+              "", f"Welch's t-test: t = {w['t']:.2f}, p = {w['p']:.3f}. Speed ratio ctrl_rl / official: "
+              f"**{p['speed']['ratio']:.2f}**.", "", f"`{p['command']}`", ""]
     return "\n".join(lines)
 
 
@@ -137,7 +168,8 @@ def plot(p: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkout", type=Path, required=True, help="the official code's git checkout")
-    ap.add_argument("--official-fit", type=Path, required=True, help="run.py --stage dynamics --out DIR")
+    ap.add_argument("--official-fit", type=Path, nargs="*", default=[],
+                    help="run.py --stage dynamics --out DIRs (each beside ctrl_rl's fit after as many epochs)")
     ap.add_argument("--official-agents", type=Path, nargs="+", required=True, help="run.py --stage agent --out DIRs")
     ap.add_argument("--ctrl-rl", type=Path, required=True, help="<runs-dir>/<dataset> with dynamics/ and ravl-s*/")
     ap.add_argument("--env", default="HalfCheetah-v5")
@@ -158,7 +190,8 @@ def main() -> None:
     payload = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "official_commit": commit,
                "command": "python experiments/ravl_parity/compare.py " + " ".join(sys.argv[1:]), "at": a.at,
                "seeds": seeds, "runs": pick, "scores": scores, "welch": welch(scores["ctrl_rl"], scores["official"]),
-               "speed": speed, "fits": fits(a.official_fit, a.ctrl_rl / "dynamics")}
+               "speed": speed, "fits": fits(a.official_fit, a.ctrl_rl / "dynamics"),
+               "official_agents_model": agents_model(pick["official"])}
     write_result(a.name, payload, markdown(payload), folder=RESULTS)
     plot(payload, RESULTS / f"{a.name}.png")
 

@@ -49,12 +49,21 @@ def test_scores_at_one_step_welch_speed_and_fits(cmp, tmp_path):
     assert w["mean_official"] == pytest.approx(36.0) and 0 <= w["p"] <= 1
     fit = tmp_path / "off_fit"
     fit.mkdir()
-    (fit / "results.json").write_text(json.dumps({"holdout": {"rows": 10, "standardised_mse_elites": 0.004,
-                                                              "raw_mse_elites": 0.9, "standardised_mse": [0.004]}}))
+    (fit / "results.json").write_text(json.dumps({
+        "holdout": {"rows": 10, "standardised_mse_elites": 0.004, "raw_mse_elites": 0.9, "standardised_mse": [0.004]},
+        "fit": {"epochs": [{"epoch": 0}, {"epoch": 1}, {"epoch": 2}]}, "wall_seconds": 100.0, "torch_threads": 2}))
     (ours / "dynamics").mkdir()
-    (ours / "dynamics" / "metrics.jsonl").write_text(json.dumps({"step": 30, "holdout_mse_best": 0.0037}) + "\n")
-    f = cmp.fits(fit, ours / "dynamics")
-    assert f["ctrl_rl"]["standardised_mse_elites"] == 0.0037 and f["official"]["standardised_mse_elites"] == 0.004
+    (ours / "dynamics" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": e, "holdout_mse_best": 0.01 / e}) + "\n" for e in (1, 2, 3)))
+    f = cmp.fits([fit], ours / "dynamics")
+    (eq,) = f["equal_epochs"]  # the official fit's 2 epochs beside ctrl_rl's epoch 2 (epoch 0: before training)
+    assert eq["epochs"] == 2 and eq["ctrl_rl"]["standardised_mse_elites"] == 0.005
+    assert eq["official"]["standardised_mse_elites"] == 0.004 and f["ctrl_rl_final"]["epochs"] == 3
+    model = tmp_path / "conv" / "dynamics" / "model_x"
+    model.mkdir(parents=True)
+    (tmp_path / "conv" / "convert.json").write_text("{}")
+    assert cmp.agents_model([{"model": str(model)}]) == "ctrl_rl's fit (convert.py)"
+    assert cmp.agents_model([{"model": str(tmp_path / "fit" / "dynamics" / "model_y")}]) == "an official fit"
 
 
 def test_a_missing_checkout_says_how_to_get_it(tmp_path):
