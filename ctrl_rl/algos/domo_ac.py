@@ -26,8 +26,13 @@ Limits (tests/core/test_returns.py):
   critic learns the lambda-returns.
 - lambda = 0 gives one-step TD targets.
 
-Everything else (networks, optimizer, losses, loop) is ``algos/impala.py``. The default kappa 0.5 is a
-choice made here, not the paper's; its Atari hyperparameters were not available.
+Everything else (networks, optimizer, losses, loop) is ``algos/impala.py``. The defaults are choices made here,
+not the paper's (its Atari hyperparameters were not available): kappa 0.5, halfway between the one-step and the
+full lookahead, and lambda 0.95 where IMPALA keeps V-trace's 1. With lambda = 1 and data from the current policy
+(in-process actors with weights sent every update) the advantage is the Monte Carlo one for every kappa, so
+DoMo-AC would be IMPALA at its defaults; below 1 the evaluation bootstraps and kappa acts on every batch, lagged or
+not. 0.95 is the trace most actor-critic defaults use (GAE's lambda in PPO), close enough to 1 to keep the
+evaluation's bias small (tests/algos/test_domo_defaults.py).
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ from ctrl_rl.algos.impala import IMPALA, IMPALAConfig
 from ctrl_rl.algos.registry import AlgoEntry, register
 
 DEFAULT_KAPPA = 0.5
+DEFAULT_LAMBDA = 0.95
 
 register(AlgoEntry(
     "domo_ac", IMPALAConfig, IMPALA, regime="actor-learner",
     summary="DoMo-AC: V-trace evaluation (lambda) + kappa-greedy multi-step improvement on the actor-learner loop",
-    config_defaults={"kappa": DEFAULT_KAPPA}, continuous_only=False,
+    config_defaults={"kappa": DEFAULT_KAPPA, "trace_lambda": DEFAULT_LAMBDA}, continuous_only=False,
     run_defaults={"total_steps": 200_000, "num_envs": 8, "log_every": 10, "checkpoint_every": 100}))
