@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ctrl_rl.core.obs import Obs, ObsPart, is_flat
+from ctrl_rl.errors import UserInputError
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,11 @@ class ImageEncoder(nn.Module):
         C, H, W = part.shape
         ch, layers = int(cfg.cnn_channels), int(cfg.cnn_layers)
         h, w = (H - 3) // 2 + 1 - 2 * (layers - 1), (W - 3) // 2 + 1 - 2 * (layers - 1)  # after the convs
-        if h < 1 or w < 1:
-            raise ValueError(f"image part {part.name!r} of size {H}x{W} is too small for {layers} conv layers: "
-                             f"expected at least {2 * (2 * layers - 1) + 1} pixels a side.")
+        if h < 1 or w < 1:  # a user's setting (--cnn-layers) against an env's image size: say what fits
+            fits = ((min(H, W) - 3) // 2) // 2 + 1  # the most layers that leave at least one pixel a side
+            hint = f", or --cnn-layers {fits} or fewer for this image" if fits >= 1 else ""
+            raise UserInputError(f"image part {part.name!r} of size {H}x{W} is too small for {layers} conv layers: "
+                                 f"expected at least {2 * (2 * layers - 1) + 1} pixels a side{hint}.")
         convs: list[nn.Module] = [nn.Conv2d(C, ch, 3, stride=2), nn.ReLU()]
         for _ in range(layers - 1):
             convs += [nn.Conv2d(ch, ch, 3, stride=1), nn.ReLU()]

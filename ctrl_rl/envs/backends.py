@@ -3,7 +3,7 @@ it can, which ids it shows, and which optional package it needs.
 
 A ``Backend`` is a frozen record of functions; ``register`` adds one under its name, and the registry
 (``envs/registry.py``: ``make_env``, ``spec_of``, ``list_envs``) reads ``BACKENDS`` only: it holds no backend name,
-prefix or id table of its own. The six built in, in the order ``ctrl-rl list envs`` shows them:
+prefix or id table of its own. The seven built in, in the order ``ctrl-rl list envs`` shows them:
 
 =========  =====================  =================================================================================
 backend    prefixes               ``spec_of`` (the spec without ``make``)
@@ -13,6 +13,7 @@ envpool    ``envpool:``           envpool's own metadata (``envpool.make_spec``:
 gymnasium  ``gym:``/``gymnasium:``  one unvectorized ``gymnasium.make`` env, read and closed (gymnasium's registry
                                   entry has the time limit but not the spaces or ``dt``)
 dmc        ``dmc:``               one ``suite.load`` task, read and closed (dm_control has no lighter metadata)
+minatar    ``minatar:``           static: the game's channels and action set (``envs/minatar.py``), no package
 manip      ``manip:``             static: the task's config and the robot spec (``envs/manipulation/env.py``)
 robot      ``robot:``             static: a real robot's spec, no simulator (``envs/robot.py``; ``make`` refuses)
 =========  =====================  =================================================================================
@@ -315,6 +316,31 @@ def _dmc_spec(name: str, **options: Any) -> EnvSpec:
 
 register(Backend("dmc", ("dmc",), _dmc_make, _dmc_spec, lambda: _DMC_LISTED, _dmc_tasks,
                  requires="dm_control", install="pip install dm_control"))
+
+
+# ---- MinAtar (envs/minatar.py) -------------------------------------------------------------------------------------
+
+
+def _minatar_games() -> tuple[str, ...]:
+    from ctrl_rl.envs.minatar import GAMES
+
+    return tuple(GAMES)
+
+
+def _minatar_make(name: str, num_envs: int, device: torch.device, seed: int, **options: Any) -> BatchedEnv:
+    from ctrl_rl.envs.minatar import MinAtarEnv
+
+    return MinAtarEnv(name, num_envs=num_envs, device=device, seed=seed, **options)  # unknown games: there
+
+
+def _minatar_spec(name: str, **options: Any) -> EnvSpec:
+    from ctrl_rl.envs.minatar import minatar_spec
+
+    return minatar_spec(name, **options)
+
+
+register(Backend("minatar", ("minatar",), _minatar_make, _minatar_spec, _minatar_games, _minatar_games,
+                 requires="minatar", install="pip install minatar", static_spec=True))
 
 
 # ---- Franka tabletop manipulation (envs/manipulation) --------------------------------------------------------------

@@ -30,6 +30,8 @@ CASES = [
     ("gym:HalfCheetah-v5,max_episode_steps=40", {"vector_mode": "async"}, "mujoco"),
     ("dmc:cheetah-run", {}, "dm_control"),
     ("dmc:walker-walk,max_episode_steps=30", {}, "dm_control"),
+    ("warp:HalfCheetah-v5,max_episode_steps=30", {}, "mujoco_warp"),
+    ("minatar:Breakout,sticky_action_prob=0", {"max_episode_steps": 30}, "minatar"),
     ("manip:Lift", {}, "envpool_assets"),
     ("manip:Reach,action=joint_velocity,cameras=all,image_size=32x48,language=true", {}, "envpool_assets"),
     ("robot:franka_droid,state=8,cameras=wrist_left,image_size=24x32,language=true", {}, None),
