@@ -3,7 +3,7 @@ it can, which ids it shows, and which optional package it needs.
 
 A ``Backend`` is a frozen record of functions; ``register`` adds one under its name, and the registry
 (``envs/registry.py``: ``make_env``, ``spec_of``, ``list_envs``) reads ``BACKENDS`` only: it holds no backend name,
-prefix or id table of its own. The seven built in, in the order ``ctrl-rl list envs`` shows them:
+prefix or id table of its own. The eight built in, in the order ``ctrl-rl list envs`` shows them:
 
 =========  =====================  =================================================================================
 backend    prefixes               ``spec_of`` (the spec without ``make``)
@@ -13,6 +13,7 @@ envpool    ``envpool:``           envpool's own metadata (``envpool.make_spec``:
 gymnasium  ``gym:``/``gymnasium:``  one unvectorized ``gymnasium.make`` env, read and closed (gymnasium's registry
                                   entry has the time limit but not the spaces or ``dt``)
 dmc        ``dmc:``               one ``suite.load`` task, read and closed (dm_control has no lighter metadata)
+warp       ``warp:``              the task's MJCF compiled by MuJoCo and its config (``envs/warp.py``), no Warp device
 minatar    ``minatar:``           static: the game's channels and action set (``envs/minatar.py``), no package
 manip      ``manip:``             static: the task's config and the robot spec (``envs/manipulation/env.py``)
 robot      ``robot:``             static: a real robot's spec, no simulator (``envs/robot.py``; ``make`` refuses)
@@ -316,6 +317,39 @@ def _dmc_spec(name: str, **options: Any) -> EnvSpec:
 
 register(Backend("dmc", ("dmc",), _dmc_make, _dmc_spec, lambda: _DMC_LISTED, _dmc_tasks,
                  requires="dm_control", install="pip install dm_control"))
+
+
+# ---- MuJoCo Warp (envs/warp.py) ------------------------------------------------------------------------------------
+
+
+def _warp_tasks() -> tuple[str, ...]:
+    from ctrl_rl.envs.warp_tasks import TASKS
+
+    return tuple(TASKS)
+
+
+def _warp_check(name: str) -> None:
+    if name not in _warp_tasks():
+        raise unknown_env(f"warp:{name}", [f"warp:{t}" for t in _warp_tasks()],
+                          expected=f"one of {', '.join('warp:' + t for t in _warp_tasks())}")
+
+
+def _warp_make(name: str, num_envs: int, device: torch.device, seed: int, **options: Any) -> BatchedEnv:
+    _warp_check(name)
+    from ctrl_rl.envs.warp import WarpEnv
+
+    return WarpEnv(name, num_envs=num_envs, device=device, seed=seed, **options)
+
+
+def _warp_spec(name: str, **options: Any) -> EnvSpec:
+    _warp_check(name)
+    from ctrl_rl.envs.warp import warp_spec
+
+    return warp_spec(name, **options)
+
+
+register(Backend("warp", ("warp",), _warp_make, _warp_spec, _warp_tasks, _warp_tasks,
+                 requires="mujoco_warp", install="pip install 'ctrl-rl[warp]'"))
 
 
 # ---- MinAtar (envs/minatar.py) -------------------------------------------------------------------------------------
