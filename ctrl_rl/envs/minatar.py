@@ -147,13 +147,11 @@ class MinAtarEnv:
 
     def step(self, action: torch.Tensor) -> StepOut:
         """One step of every copy, then a same-step reset of the copies whose episode ended."""
-        act = self._actions[action_to_numpy(action, self.spec, (self.num_envs,), np.int64)]  # [N] MinAtar actions
-        reward = np.zeros(self.num_envs, dtype=np.float32)  # [N]
-        terminated = np.zeros(self.num_envs, dtype=bool)  # [N]
-        for i, env in enumerate(self._envs):
-            r, term = env.act(int(act[i]))
-            reward[i], terminated[i] = r, term
-            self._grid[i] = env.state()
+        act = self._actions[action_to_numpy(action, self.spec, (self.num_envs,), np.int64)].tolist()  # N MinAtar
+        results = [env.act(a) for env, a in zip(self._envs, act)]  # (reward, terminal) of each copy
+        np.stack([env.state() for env in self._envs], out=self._grid)  # [N,10,10,C]
+        reward = np.array([r for r, _ in results], dtype=np.float32)  # [N]
+        terminated = np.array([t for _, t in results], dtype=bool)  # [N]
         self._elapsed += 1
         elapsed = self._elapsed.copy()  # [N]
         truncated = ((elapsed >= self._limit) if self._limit is not None
