@@ -30,9 +30,9 @@ solver warm start ``qacc_warmstart``), the step counters, that position and the 
 continues bit-exactly like an uninterrupted one on Warp's CPU device (tested). On a GPU, MuJoCo Warp orders contacts
 and reduces with atomics; ``deterministic=true`` asks it for a run-to-run deterministic order (slower).
 
-Kernels: MuJoCo Warp compiles its kernels on first use (a cold start on the CPU device takes ~20 s to a few minutes
-for the five tasks) and Warp caches them on disk, in ``WARP_CACHE_PATH`` (default ``~/.cache/warp/<warp version>``),
-so later processes load them in about a second.
+Kernels: MuJoCo Warp compiles its kernels on first use (cold, on the CPU device: ~25 s for the first task, a few
+seconds for each other, as they share most kernels) and Warp caches them on disk, in ``WARP_CACHE_PATH`` (default
+``~/.cache/warp/<warp version>``), so later processes load them in about a second.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ user-facing errors, and PPO from the CLI. Everything runs on Warp's CPU device w
 ``gpu``-marked.
 
 Kernels: Warp caches compiled kernels in ``WARP_CACHE_PATH`` (default ``~/.cache/warp/<version>``); with the cache
-warm this module takes ~20 s on 2 cores, cold it first compiles MuJoCo Warp's kernels (~1-2 min).
+warm this module takes ~25 s on 2 loaded cores (half of it the PPO run), cold ~70 s (MuJoCo Warp's kernels compile).
 """
 
 from __future__ import annotations
