@@ -274,11 +274,7 @@ class WarpEnv:
         """Start a new episode in every world; re-seed the generator first when ``seed`` is given."""
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        everywhere = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)  # [N]
-        self._restart(everywhere, *self._fresh_state())
-        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
-        self._position = self.task.position(self._views).clone()  # [N,P]
-        return self.task.observe(self.cfg, self._views, True)  # [N,O]
+        return self._start(*self._fresh_state())
 
     def set_state(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
         """Start a new episode in every world from ``qpos [N,nq]`` and ``qvel [N,nv]`` (gymnasium's ``set_state``
@@ -288,11 +284,7 @@ class WarpEnv:
         if qpos.shape != self._qpos.shape or qvel.shape != self._qvel.shape:
             raise ValueError(f"{self.spec.env_id} takes qpos {tuple(self._qpos.shape)} and qvel "
                              f"{tuple(self._qvel.shape)}, got {tuple(qpos.shape)} and {tuple(qvel.shape)}.")
-        everywhere = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)  # [N]
-        self._restart(everywhere, qpos, qvel)
-        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
-        self._position = self.task.position(self._views).clone()  # [N,P]
-        return self.task.observe(self.cfg, self._views, True)  # [N,O]
+        return self._start(qpos, qvel)
 
     def step(self, action: torch.Tensor) -> StepOut:
         """Advance every world by ``frame_skip`` MuJoCo steps and reset the worlds whose episode ended (same step)."""
@@ -316,10 +308,18 @@ class WarpEnv:
                        final_obs=final_obs, info={"elapsed_step": steps})
 
     def close(self) -> None:
-        """Drop the captured graphs and the simulator's arrays."""
+        """Drop the captured graphs (the simulator's arrays go with the env)."""
         self._graphs.clear()
 
     # ---- resets ------------------------------------------------------------------------------------------------------
+
+    def _start(self, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
+        """Every world from ``qpos [N,nq]``, ``qvel [N,nv]`` at step 0; returns the first observation ``[N,O]``."""
+        everywhere = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)  # [N]
+        self._restart(everywhere, qpos, qvel)
+        self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
+        self._position = self.task.position(self._views).clone()  # [N,P]
+        return self.task.observe(self.cfg, self._views, True)  # [N,O]
 
     def _fresh_state(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A start state for every world, ``(qpos [N,nq], qvel [N,nv])``, from the generator only (the task's reset
