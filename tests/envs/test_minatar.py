@@ -220,3 +220,21 @@ def test_registry_import_listing_and_specs_leave_the_package_unimported():
             "print('minatar' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_resumed_cli_run_equals_an_uninterrupted_one(tmp_path, capsys):
+    import json
+
+    from ctrl_rl.cli import main
+
+    common = ["--env", "minatar:Seaquest", "--num-envs", "4", "--rollout-steps", "16", "--cnn-layers", "2",
+              "--actor-hidden", "16", "--critic-hidden", "16", "--threads", "1", "--no-progress", "--seed", "3"]
+    assert main(["train", "ppo", *common, "--total-steps", "256", "--run-dir", str(tmp_path / "a")]) == 0
+    assert main(["train", "ppo", *common, "--total-steps", "128", "--checkpoint-every", "1",
+                 "--run-dir", str(tmp_path / "b")]) == 0
+    assert main(["train", "ppo", "--total-steps", "256", "--resume", str(tmp_path / "b"), "--threads", "1",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    rows = [[json.loads(x) for x in (tmp_path / r / "metrics.jsonl").read_text().splitlines()] for r in "ab"]
+    keys = ("step", "loss/value", "loss/policy", "episode_return", "episode_length")
+    assert [[r.get(k) for k in keys] for r in rows[0]] == [[r.get(k) for k in keys] for r in rows[1]]
