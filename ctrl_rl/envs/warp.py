@@ -181,6 +181,8 @@ class WarpEnv:
                  graph: bool = True, deterministic: bool = False, **options: Any) -> None:
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
+        for key, value in (("graph", graph), ("deterministic", deterministic)):
+            _check_value(task, key, value, False)
         self.spec = warp_spec(task, **options)
         self.cfg = task_config(task, options)
         self.task = TASKS[task]

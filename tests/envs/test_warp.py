@@ -211,6 +211,8 @@ def test_spec_listing_options_and_errors():
         ("warp:Hopper-v5,frame_skip=0", "frame_skip=0: expected an integer >= 1"),
         ("warp:Hopper-v5,terminate_when_unhealthy=3", "expected true or false"),
     ]
+    with pytest.raises(UserInputError, match="graph='yes': expected true or false"):
+        make_env("warp:Hopper-v5,graph=yes")
     for env_id, match in bad:
         for fn in (spec_of, make_env):
             with pytest.raises(UserInputError, match=match) as info:
