@@ -86,6 +86,9 @@ class ActorCriticFields(EncoderFields):
     cnn_layers: int = 4
     """Encoder: conv layers per camera (DrQ: 4; 2 is much cheaper on CPU for small simple scenes such as
     ``torch:PointMassPixels`` at 32 px)."""
+    cnn_stride: int = 2
+    """Encoder: stride of the first conv layer (DrQ: 2; 1 with one layer of 16 channels is MinAtar's reference
+    network for its 10x10 grids)."""
     image_features: int = 50
     """Encoder: features out of each camera's CNN (Linear + LayerNorm + tanh; DrQ: 50)."""
 

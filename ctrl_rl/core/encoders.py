@@ -9,8 +9,8 @@
   float32;
 - image parts (``image/<camera>``, uint8 ``[C,H,W]``): the DrQ / SAC-AE convolutional encoder (Yarats
   et al. 2021, "Image Augmentation Is All You Need", and 2019, "Improving Sample Efficiency in
-  Model-Free RL from Images"): ``x / 255``, a 3x3 conv with stride 2, ``cnn_layers - 1`` 3x3 convs with
-  stride 1 (ReLU after each, no padding), flatten, Linear to ``image_features``, LayerNorm, tanh, with
+  Model-Free RL from Images"): ``x / 255``, a 3x3 conv with stride ``cnn_stride`` (DrQ: 2), ``cnn_layers - 1``
+  3x3 convs with stride 1 (ReLU after each, no padding), flatten, Linear to ``image_features``, LayerNorm, tanh, with
   DrQ's initialisation (orthogonal Linear weights; delta-orthogonal convs: only the kernel's centre tap
   is set, orthogonal with ReLU gain). Each camera has its own CNN;
 - language parts: int64 token ids ``[L]`` go through an embedding (``token_vocab`` x ``token_dim``)
@@ -46,6 +46,10 @@ class EncoderConfig:
     cnn_layers: int = 4
     """Conv layers per camera: one with stride 2, the rest with stride 1 (DrQ and SAC-AE: 4; 2 is much
     cheaper on CPU for small, simple scenes such as ``torch:PointMassPixels``)."""
+    cnn_stride: int = 2
+    """Stride of the first conv layer (DrQ and SAC-AE: 2). 1 keeps every cell of a small grid: MinAtar's reference
+    agents (Young & Tian 2019, the package's examples) read the 10x10 grid with one 3x3 conv of 16 channels at
+    stride 1 (``--cnn-channels 16 --cnn-layers 1 --cnn-stride 1``)."""
     image_features: int = 50
     """Output size of each camera's Linear + LayerNorm + tanh (DrQ and SAC-AE: 50)."""
     token_vocab: int = 0
@@ -54,7 +58,7 @@ class EncoderConfig:
     """Embedding size of a language token; also the feature size of a token-id part."""
 
     def __post_init__(self):
-        for name in ("cnn_channels", "cnn_layers", "image_features", "token_dim"):
+        for name in ("cnn_channels", "cnn_layers", "cnn_stride", "image_features", "token_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"EncoderConfig.{name} must be a positive integer, got {getattr(self, name)!r}.")
         if int(self.token_vocab) < 0:
@@ -69,18 +73,20 @@ class _HasEncoderFields(Protocol):
     @property
     def cnn_layers(self) -> int: ...
     @property
+    def cnn_stride(self) -> int: ...
+    @property
     def image_features(self) -> int: ...
 
 
 class EncoderFields:
-    """Mixin for an algorithm config with the flat fields ``cnn_channels``, ``cnn_layers`` and
+    """Mixin for an algorithm config with the flat fields ``cnn_channels``, ``cnn_layers``, ``cnn_stride`` and
     ``image_features``: ``encoder`` builds the ``EncoderConfig`` from them. The fields stay flat, rather than
     a nested ``EncoderConfig``, because the CLI checks flags against a config's own fields."""
 
     @property
     def encoder(self: _HasEncoderFields) -> EncoderConfig:
         """The observation encoder's settings (``make_encoder``)."""
-        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers,
+        return EncoderConfig(cnn_channels=self.cnn_channels, cnn_layers=self.cnn_layers, cnn_stride=self.cnn_stride,
                              image_features=self.image_features)
 
 
@@ -147,14 +153,16 @@ class ImageEncoder(nn.Module):
         if len(part.shape) != 3:
             raise ValueError(f"image part {part.name!r} has shape {list(part.shape)}, expected [C,H,W].")
         C, H, W = part.shape
-        ch, layers = int(cfg.cnn_channels), int(cfg.cnn_layers)
-        h, w = (H - 3) // 2 + 1 - 2 * (layers - 1), (W - 3) // 2 + 1 - 2 * (layers - 1)  # after the convs
+        ch, layers, stride = int(cfg.cnn_channels), int(cfg.cnn_layers), int(cfg.cnn_stride)
+        first = (min(H, W) - 3) // stride + 1  # pixels a side after the first conv (< 1: it does not fit)
+        h, w = (H - 3) // stride + 1 - 2 * (layers - 1), (W - 3) // stride + 1 - 2 * (layers - 1)  # after the convs
         if h < 1 or w < 1:  # a user's setting (--cnn-layers) against an env's image size: say what fits
-            fits = ((min(H, W) - 3) // 2) // 2 + 1  # the most layers that leave at least one pixel a side
+            fits = (first - 1) // 2 + 1 if first >= 1 else 0  # the most layers that leave one pixel a side
             hint = f", or --cnn-layers {fits} or fewer for this image" if fits >= 1 else ""
-            raise UserInputError(f"image part {part.name!r} of size {H}x{W} is too small for {layers} conv layers: "
-                                 f"expected at least {2 * (2 * layers - 1) + 1} pixels a side{hint}.")
-        convs: list[nn.Module] = [nn.Conv2d(C, ch, 3, stride=2), nn.ReLU()]
+            need = stride * (2 * layers - 2) + 3  # the smallest side that leaves one pixel after the convs
+            raise UserInputError(f"image part {part.name!r} of size {H}x{W} is too small for {layers} conv layers "
+                                 f"(first stride {stride}): expected at least {need} pixels a side{hint}.")
+        convs: list[nn.Module] = [nn.Conv2d(C, ch, 3, stride=stride), nn.ReLU()]
         for _ in range(layers - 1):
             convs += [nn.Conv2d(ch, ch, 3, stride=1), nn.ReLU()]
         self.convs = nn.Sequential(*convs)
