@@ -84,16 +84,33 @@ def runs_commit(run_dirs) -> str:
     return ", ".join(seen)
 
 
-def iqm_ci(values: dict[str, list[float]]) -> dict[str, dict]:
-    """rliable's IQM and its 95% stratified-bootstrap CI for each method's per-seed values (one task)."""
+def iqm_ci(values: dict[str, list[float]] | dict[str, list[list[float]]]) -> dict[str, dict]:
+    """rliable's IQM and its 95% stratified-bootstrap CI for each method's per-seed values: a list is one task's
+    seeds; a list of lists is ``[seeds][tasks]`` (several tasks, e.g. normalized scores per game), where the bootstrap
+    resamples seeds within each task."""
     import numpy as np
     from rliable import library as rly
     from rliable import metrics
 
-    scores = {k: np.asarray(v, dtype=float).reshape(-1, 1) for k, v in values.items() if len(v) > 0}
+    scores = {k: (lambda a: a.reshape(-1, 1) if a.ndim == 1 else a)(np.asarray(v, dtype=float))
+              for k, v in values.items() if len(v) > 0}
     point, ci = rly.get_interval_estimates(scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000)
     return {k: {"iqm": float(point[k][0]), "ci95": [float(ci[k][0, 0]), float(ci[k][1, 0])], "seeds": len(values[k])}
             for k in scores}
+
+
+def improvement_ci(pairs: dict[str, tuple[list[list[float]], list[list[float]]]]) -> dict[str, dict]:
+    """rliable's probability of improvement P(X > Y) and its 95% stratified-bootstrap CI for each named pair
+    ``(X, Y)`` of ``[seeds][tasks]`` scores: per task the Mann-Whitney probability that a run of X scores above a run
+    of Y (ties count half), averaged over tasks."""
+    import numpy as np
+    from rliable import library as rly
+    from rliable import metrics
+
+    arrays = {k: [np.asarray(x, dtype=float), np.asarray(y, dtype=float)] for k, (x, y) in pairs.items()}
+    point, ci = rly.get_interval_estimates(arrays, lambda x, y: np.array([metrics.probability_of_improvement(x, y)]),
+                                           reps=2000)
+    return {k: {"p": float(point[k][0]), "ci95": [float(ci[k][0, 0]), float(ci[k][1, 0])]} for k in arrays}
 
 
 def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:

@@ -1,4 +1,5 @@
-"""experiments/common.py's ``runs_commit``: the commits result files name come from the runs themselves."""
+"""experiments/common.py: `runs_commit` (the commits result files name come from the runs themselves) and the rliable
+aggregates (`iqm_ci` over seeds or seeds x tasks, `improvement_ci`)."""
 
 import json
 
@@ -21,3 +22,20 @@ def test_runs_commit_names_the_commits_the_runs_recorded(tmp_path):
         assert common.runs_commit([a, b]) == "aaaa, bbbb"
         assert common.runs_commit([a, old]) == f"aaaa, {now} (now: some runs did not record theirs)"
         assert common.runs_commit([]) == f"{now} (now: no run recorded its code)"
+
+
+def test_iqm_over_seeds_and_tasks_and_probability_of_improvement():
+    import pytest
+
+    pytest.importorskip("rliable")  # the bench extra's
+    with experiment_script("experiments/common.py", "bench_common") as common:
+        one_task = common.iqm_ci({"a": [1.0, 2.0, 3.0, 4.0]})["a"]
+        assert one_task["iqm"] == pytest.approx(2.5) and one_task["seeds"] == 4
+        x = [[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0]]  # [seeds][tasks]
+        assert common.iqm_ci({"x": x})["x"]["iqm"] == pytest.approx((3 + 4 + 10 + 20) / 4)  # middle 4 of 8 cells
+        y = [[0.0, 0.0], [0.5, 5.0], [1.0, 10.0], [1.5, 15.0]]
+        poi = common.improvement_ci({"x > y": (x, y), "y > x": (y, x)})
+        # per task, x beats y in 14 of 16 pairs, ties in 1 (1.0 against 1.0; 10.0 against 10.0) and loses 1
+        assert poi["x > y"]["p"] == pytest.approx(14.5 / 16) and poi["y > x"]["p"] == pytest.approx(1.5 / 16)
+        lo, hi = poi["x > y"]["ci95"]
+        assert lo <= poi["x > y"]["p"] <= hi <= 1
