@@ -2,7 +2,8 @@
 experiments/warp_speed/warp_speed.py: each preset holds its published update at 4096 worlds and keeps it at fewer
 worlds under the co-scaling rule, and trains from the CLI on Warp's CPU device with a few worlds (HalfCheetah in the
 default suite, the other four ``slow``: ~10 s each with a warm kernel cache); the script measures, writes its
-results and refuses ``--device cuda`` / ``--time-to`` on a machine without CUDA."""
+results and refuses ``--device cuda`` / ``--time-to`` on a machine without CUDA. The ``gpu``-marked tests train the
+preset with its 4096 worlds on CUDA and run the script there."""
 
 import json
 import os
@@ -116,3 +117,33 @@ def test_time_to_records_every_logged_iteration_and_the_first_at_the_target(monk
     run = out["runs"][0]
     assert [e["return"] for e in run["evaluations"]] == [1000.0, 2500.0, 3100.0]
     assert (run["time_s"], run["step"], out["median_s"], out["reached"]) == (8.0, 4 * 4096, 8.0, "2 of 2 seeds")
+
+
+# ---- CUDA --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_preset_trains_on_cuda_with_its_4096_worlds(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pytest.importorskip("mujoco_warp")
+    d = tmp_path / "run"
+    r = cli("train", "ppo", "--preset", "warp-halfcheetah", "--device", "cuda", "--run-dir", d, "--rollout-steps", "8",
+            "--total-steps", str(2 * 4096 * 8), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    saved = json.loads((d / "config.json").read_text())
+    assert saved["run"]["num_envs"] == 4096 and saved["run"]["device"] == "cuda"
+    assert len((d / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.mark.gpu
+def test_script_on_cuda_names_the_gpu_and_skips_envpool(tmp_path, monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pytest.importorskip("mujoco_warp")
+    with experiment_script("experiments/warp_speed/warp_speed.py", "warp_speed") as mod:
+        monkeypatch.setattr(mod, "PPO_SAMPLES", 256)
+        p = mod.main(["--device", "cuda", "--min-worlds", "64", "--max-worlds", "128", "--repeats", "1",
+                      "--out", str(tmp_path)])
+    assert p["device_name"] == torch.cuda.get_device_name(0)
+    assert [sorted(r) for r in p["rows"]] == [["warp_ppo", "warp_step", "worlds"]] * 2
