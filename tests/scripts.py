@@ -1,6 +1,8 @@
 """The experiments/ scripts imported as modules in tests (they are scripts, not a package)."""
 
 import importlib.util
+import os
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,3 +28,9 @@ def plain_iqm(values: dict[str, list[float]]) -> dict[str, dict]:
     """Stands in for experiments/common.py's ``iqm_ci`` where rliable (the bench extra's) is not installed: the plain
     mean, the range as the interval, the same keys."""
     return {k: {"iqm": sum(v) / len(v), "ci95": [min(v), max(v)], "seeds": len(v)} for k, v in values.items() if v}
+
+
+def cli(*args, cwd=ROOT, timeout=300) -> subprocess.CompletedProcess:
+    """``python -m ctrl_rl ARGS`` in a subprocess (matplotlib headless), its output captured."""
+    return subprocess.run([sys.executable, "-m", "ctrl_rl", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env={**os.environ, "MPLBACKEND": "Agg"})

@@ -11,15 +11,10 @@ import pytest
 import torch
 
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+from tests.scripts import cli
 
 SMALL = ["--num-envs", "32", "--total-steps", "8192", "--rollout-steps", "8", "--minibatch-size", "64",
          "--epochs", "1", "--no-progress"]
-
-
-def cli(*args, cwd=None, timeout=300):
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "ctrl_rl", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import queue
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -218,11 +219,13 @@ def _worker_main(rank: int, algo_name: str, cfg, run: RunConfig, shared: dict, v
     actor = Actor(algo_name, cfg, run, rank)
     sent = 0
     try:
-        while not stop.is_set():
-            if die_after is not None and sent >= die_after:
+        while True:
+            if die_after is not None and sent >= die_after:  # before the stop test: the crash always happens
                 out_q.close()
                 out_q.join_thread()  # the segments sent so far are delivered; then the crash
                 os._exit(3)  # abrupt, as a segfault or an OOM kill would be
+            if stop.is_set():
+                break
             if version.value != actor.version:
                 with lock:
                     v = version.value
@@ -313,7 +316,7 @@ class ProcessBackend(_Unresumable):
         return out
 
     def close(self) -> None:
-        self._report_exits()  # an actor lost after the last update is still reported
+        self._report_exits()
         self.stop.set()
         try:  # drain so that workers blocked on a full queue can see the stop
             while True:
@@ -321,6 +324,10 @@ class ProcessBackend(_Unresumable):
         except (queue.Empty, OSError, ValueError):
             pass
         stop_processes(self.procs, timeout=10)
+        for k, p in enumerate(self.procs):  # lost after the last update: reported, not silently joined
+            if k not in self.dead and p.exitcode not in (0, None, -signal.SIGTERM):
+                print(f"ctrl-rl: actor {k} exited with code {p.exitcode} before the run ended", file=sys.stderr,
+                      flush=True)
 
 
 class RayBackend(_Unresumable):

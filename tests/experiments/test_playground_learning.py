@@ -4,14 +4,11 @@ experiments/playground_learning/playground_learning.py: each preset loads, match
 (on 8 envs: building envpool's pool costs about 0.1 s per env)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from ctrl_rl.learn.config import load_preset
-from tests.scripts import ROOT, experiment_script, plain_iqm
+from tests.scripts import cli, experiment_script, plain_iqm
 
 pytest.importorskip("envpool")
 
@@ -19,11 +16,6 @@ PRESETS = {"go1-joystick": "envpool:Go1JoystickFlatTerrain-v1", "panda-pickcube"
 # Playground's brax PPO (mujoco_playground/config/{locomotion,manipulation}_params.py): samples per update
 # (num_minibatches x batch_size x unroll_length), minibatches and epochs (num_updates_per_batch)
 PLAYGROUND = {"go1-joystick": (32 * 256 * 20, 32, 4), "panda-pickcube": (32 * 512 * 10, 32, 8)}
-
-
-def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "ctrl_rl", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, env={**os.environ, "MPLBACKEND": "Agg"})
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

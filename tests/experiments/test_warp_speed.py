@@ -7,15 +7,13 @@ preset with its 4096 worlds on CUDA and run the script there."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from ctrl_rl.algos.ppo import PPOConfig, scale_envs
 from ctrl_rl.learn.config import from_dict, load_preset
-from tests.scripts import ROOT, experiment_script
+from tests.scripts import cli, experiment_script
 
 PRESETS = {"warp-halfcheetah": "HalfCheetah-v5", "warp-hopper": "Hopper-v5", "warp-walker2d": "Walker2d-v5",
            "warp-ant": "Ant-v5", "warp-humanoid": "Humanoid-v5"}
@@ -27,11 +25,6 @@ PUBLISHED = {"warp-halfcheetah": (512 * 32 * 20, 32, 8, 0.95, 3e-4, 1e-3),
              "warp-humanoid": (1024 * 32 * 10, 32, 8, 0.97, 3e-4, 1e-3),
              "warp-hopper": (1024 * 32 * 30, 32, 16, 0.995, 1e-3, 1e-2),
              "warp-walker2d": (1024 * 32 * 30, 32, 16, 0.995, 1e-3, 1e-2)}
-
-
-def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "ctrl_rl", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, env={**os.environ, "MPLBACKEND": "Agg"})
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

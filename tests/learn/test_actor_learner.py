@@ -68,8 +68,8 @@ def test_inprocess_resume_equals_an_uninterrupted_run(tmp_path, capsys):
 
 
 def test_worker_processes_train_and_a_crashed_actor_is_survived(tmp_path, capsys, monkeypatch):
-    # actor 1 exits abruptly once started, before its first segment (after one, its segment could wait behind
-    # actor 0's in the full queue until the run's end, and the exit come after the last update)
+    # actor 1 exits abruptly once started, before its first segment; on a loaded machine actor 0 and the learner
+    # can finish before it has even started, and then the loss is reported when the run ends
     monkeypatch.setenv("CTRL_RL_ACTOR_FAULT", "1:0")
     d = tmp_path / "proc"
     code = main(["train", "impala", *FLAGS, "--backend", "process", "--total-steps", str(40 * PER_UPDATE),
@@ -77,9 +77,11 @@ def test_worker_processes_train_and_a_crashed_actor_is_survived(tmp_path, capsys
     out = capsys.readouterr()
     assert code == 0, out.err
     assert json.loads(out.out.splitlines()[0])["step"] == 40 * PER_UPDATE
-    assert "actor 1 exited with code 3; going on with 1 actor(s)" in out.err
     rows = _rows(d)
-    assert rows[-1]["actors/alive"] == 1 and rows[0]["actors/alive"] in (1, 2)
+    if rows[-1]["actors/alive"] == 1:  # lost during the run, trained on with the other
+        assert "actor 1 exited with code 3; going on with 1 actor(s)" in out.err
+    else:
+        assert "actor 1 exited with code 3 before the run ended" in out.err
     assert all(r["actors/lag_max"] >= 0 for r in rows) and max(r["actors/lag_max"] for r in rows) >= 1
 
 
