@@ -176,7 +176,10 @@ class BatchRenorm(nn.Module):
             return x_hat * self.weight + self.bias
         dims = (-2,) if self.members else tuple(range(x.dim() - 1))
         mean = x.mean(dims, keepdim=bool(self.members))  # [E,1,F] or [F]
-        var = x.var(dims, unbiased=False, keepdim=bool(self.members))
+        xc = x - mean  # centred input
+        # the biased variance as the mean of squares of xc: torch.var's reduction over the batch dim was ~6x slower
+        # on CPU at [256,96] (experiments/sac_flow_speed), the same value to float rounding
+        var = xc.square().mean(dims, keepdim=bool(self.members))
         std = (var + self.eps).sqrt()
         with torch.no_grad():
             run_std = (self.running_var + self.eps).sqrt()
@@ -186,8 +189,8 @@ class BatchRenorm(nn.Module):
             self.running_mean.lerp_(mean, 1 - self.momentum)
             self.running_var.lerp_(var, 1 - self.momentum)
             self.steps += 1
-        x_hat = (x - mean) / std * r + d
-        return x_hat * self.weight + self.bias
+        # ((x - mean) / std * r + d) * weight + bias, with the per-feature factors folded first: one op on [B,F]
+        return torch.addcmul(d * self.weight + self.bias, xc, r / std * self.weight)
 
 
 def norm_block(in_dim: int, out_dim: int) -> nn.Sequential:

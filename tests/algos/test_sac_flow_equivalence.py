@@ -123,9 +123,10 @@ def _ref_mode(actor: Any, obs: torch.Tensor) -> torch.Tensor:
 
 # ----- comparisons -----
 
-def _close(a, b, what):
+def _close(a, b, what, floor=1e-12):
+    """``a`` equals ``b`` within 1e-5 relative to the largest entry of ``b`` (or ``floor``, if larger)."""
     a, b = a.detach(), b.detach()
-    scale = b.abs().max().clamp_min(1e-12)
+    scale = b.abs().max().clamp_min(floor)
     assert torch.allclose(a, b, rtol=1e-5, atol=1e-5 * float(scale)), (
         f"{what}: max abs diff {(a - b).abs().max():.3g} (scale {scale:.3g})")
 
@@ -165,6 +166,9 @@ def test_sample_and_gradients_match_reference(velocity, warmup, brn):
         grads = torch.autograd.grad(loss, list(actor.parameters()), allow_unused=True)
         outs.append((a, logp, grads))
     (a1, l1, g1), (a2, l2, g2) = outs
+    # a gradient that is zero in exact arithmetic (a bias whose shift the next batch norm removes) is rounding noise
+    # in both: every gradient is compared within 1e-5 of its own largest entry or 1e-6 of the actor's largest one
+    floor = 0.1 * max(float(y.abs().max()) for y in g2 if y is not None)
     _close(a1, a2, "action")
     _close(l1, l2, "log pi")
     for (name, _), x, y in zip(algo.actor.named_parameters(), g1, g2, strict=True):
@@ -172,7 +176,7 @@ def test_sample_and_gradients_match_reference(velocity, warmup, brn):
             assert x is None or not x.any(), name
         else:
             assert x is not None, name
-            _close(x, y, f"grad {name}")
+            _close(x, y, f"grad {name}", floor)
     _buffers_close(algo.actor, ref.actor)
 
 
