@@ -54,11 +54,13 @@ Shape letters: K flow steps, B batch, O obs dim, A action dim, D model width.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, cast
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.algos.sac import SAC, SACActor, SACConfig
@@ -69,6 +71,8 @@ from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
 
 FlowVelocity = Literal["gated", "decoded", "naive"]
+StepFn = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+"""``step(x [B,A], i)`` -> velocity mean ``[B,A]`` and log sigma ``[B,A]`` at ``A_i = x`` and time ``t_i``."""
 _LOG_2PI = math.log(2 * math.pi)
 PRE_TANH_CLIP = 0.999
 """Data actions are clipped to [-0.999, 0.999] before atanh (|atanh| <= 3.8)."""
@@ -162,6 +166,12 @@ class VelocityField(Protocol):
         """``obs [B,O]``, ``x [B,A]``, ``t [B,1]`` -> velocity mean ``[B,A]`` and log sigma ``[B,A]``."""
         ...
 
+    def steps(self, obs: torch.Tensor, times: torch.Tensor, noise: bool = True) -> StepFn:
+        """The rollout's K velocity calls at the times ``times [K,1]`` (the same for every row), with the work
+        that does not depend on ``A_i`` done once: ``step(x, i)`` equals ``self(obs, ctx, x, t_i)`` to float
+        rounding (tests/algos/test_sac_flow_equivalence.py)."""
+        ...
+
 
 class SinusoidalTime(nn.Module):
     """``t [B,1]`` -> sin/cos features (``dim``) -> Dense(2 dim) -> swish -> Dense(dim): Flow-G's time embedding."""
@@ -207,6 +217,25 @@ class GatedVelocity(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         h = torch.cat([self.norm(torch.cat([obs, x], -1)), self.time(t)], -1)  # [B,O+A+T]
         return torch.sigmoid(self.gate(h)) * (self.cand(h) - x), ctx  # [B,A], [B,A]
+
+    def steps(self, obs: torch.Tensor, times: torch.Tensor, noise: bool = True) -> StepFn:
+        """Gate and candidate share their input, so their first layers run as one matmul of the normalised
+        ``(s, A_i)`` columns; the time columns are the same for every row, so their product with the weights
+        (and the biases) is one ``[K,2H]`` row per step, computed once."""
+        ctx = self.context(obs, noise)  # [B,A] log sigma, or [B,0]
+        g0, g_out, c0, c_out = self.gate[0], self.gate[2], self.cand[0], self.cand[2]  # mlp: Linear, SiLU, Linear
+        assert isinstance(g0, nn.Linear) and isinstance(c0, nn.Linear)
+        assert isinstance(g_out, nn.Linear) and isinstance(c_out, nn.Linear)
+        H, n_in = g0.out_features, obs.shape[1] + g_out.out_features  # hidden width, O + A
+        w = torch.cat([g0.weight, c0.weight])  # [2H,O+A+T]
+        w_in = w[:, :n_in].t()  # [O+A,2H]
+        bias = torch.addmm(torch.cat([g0.bias, c0.bias]), self.time(times), w[:, n_in:].t())  # [K,2H]
+
+        def step(x: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            hid = F.silu(torch.addmm(bias[i], self.norm(torch.cat([obs, x], -1)), w_in))  # [B,2H]
+            return torch.sigmoid(g_out(hid[:, :H])) * (c_out(hid[:, H:]) - x), ctx  # [B,A], [B,A]
+
+        return step
 
 
 class OneKeyAttention(nn.Module):
@@ -278,6 +307,31 @@ class DecodedVelocity(nn.Module):
         mean, h = self.head(tok).chunk(2, -1)  # [B,A] each
         return mean, squash_log_std(h, *self.log_std_range)
 
+    def steps(self, obs: torch.Tensor, times: torch.Tensor, noise: bool = True) -> StepFn:
+        """Per call, once: the cross-attention terms, the time tokens of the K steps (plus the step projection's
+        bias) ``[K,D]``, and each block's self-attention with its residual as one affine map,
+        ``tok + out(value(tok)) = tok (I + W_out W_value)^T + (W_out b_value + b_out)``: one matmul per block and
+        step instead of two and an add."""
+        crosses = self.context(obs, noise).unbind(0)  # n_layers x [B,D]
+        time_tok = self.time(times) + self.act_proj.bias  # [K,D]
+        w_proj = self.act_proj.weight.t()  # [A,D]
+        blocks = [cast(DecoderBlock, b) for b in self.blocks]  # ModuleList items are typed Module
+        eye = torch.eye(time_tok.shape[1], dtype=obs.dtype, device=obs.device)  # [D,D]
+        attn = [(torch.addmm(eye, b.self_attn.out.weight, b.self_attn.value.weight).t(),  # [D,D]
+                 torch.addmv(b.self_attn.out.bias, b.self_attn.out.weight, b.self_attn.value.bias))  # [D]
+                for b in blocks]
+
+        def step(x: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            tok = torch.addmm(time_tok[i], self.act_norm(x), w_proj)  # [B,D]
+            for block, (w, b), cross in zip(blocks, attn, crosses, strict=True):
+                tok = block.norms[0](torch.addmm(b, tok, w))  # [B,D]
+                tok = block.norms[1](tok + cross)
+                tok = block.norms[2](tok + block.ffn(tok))
+            mean, h = self.head(tok).chunk(2, -1)  # [B,A] each
+            return mean, squash_log_std(h, *self.log_std_range)
+
+        return step
+
 
 class NaiveVelocity(nn.Module):
     """Naive flow SAC: one ReLU MLP of ``BRN(s, A, t)`` gives the velocity and the log std of the next state."""
@@ -299,6 +353,11 @@ class NaiveVelocity(nn.Module):
         mean, h = self.net(self.norm(torch.cat([obs, x, t], -1))).chunk(2, -1)  # [B,A] each
         return mean, squash_log_std(h, *self.log_std_range)
 
+    def steps(self, obs: torch.Tensor, times: torch.Tensor, noise: bool = True) -> StepFn:
+        """The plain per-step call (the time column goes through the batch renorm with the rest of the input)."""
+        ctx = self.context(obs, noise)  # [B,0]
+        return lambda x, i: self(obs, ctx, x, times[i].expand(x.shape[0], 1))
+
 
 class FlowActor(SACActor):
     """K-step noise-augmented flow policy around a velocity field (a ``VelocityField`` module); SAC's actor
@@ -315,12 +374,16 @@ class FlowActor(SACActor):
         """Mean velocity ``[B,A]`` at ``x [B,A]`` and any times ``t [B,1]`` in [0, 1] (flow matching)."""
         return self.field(obs, self.field.context(obs, noise=False), x, t)[0]
 
-    def transition(self, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor, i: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean ``m_i [B,A]`` and log std ``log s_i [B,A]`` of ``A_{i+1}`` given ``A_i = x``."""
+    def times(self, like: torch.Tensor) -> torch.Tensor:
+        """The step times ``t_i = i / K`` as ``[K,1]`` (dtype and device of ``like``)."""
         dt = 1.0 / self.steps
-        t = torch.full_like(x[:, :1], i * dt)  # [B,1]
-        v, log_sigma = self.field(obs, ctx, x, t)  # [B,A] each
+        return like.new_tensor([[i * dt] for i in range(self.steps)])  # [K,1]
+
+    def transition(self, step: StepFn, x: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean ``m_i [B,A]`` and log std ``log s_i [B,A]`` of ``A_{i+1}`` given ``A_i = x`` (``step``: the field's
+        ``steps(obs, times)``)."""
+        dt = 1.0 / self.steps
+        v, log_sigma = step(x, i)  # [B,A] each
         # velocity noise: A_{i+1} = A_i + dt (v + sigma eps), so the transition std is s = dt sigma
         log_s = log_sigma + math.log(dt) if self.field.noise_on_velocity else log_sigma
         return x + dt * v, log_s
@@ -331,13 +394,13 @@ class FlowActor(SACActor):
         K, A = self.steps, self.action_dim
         noise = torch.randn((K + 1, obs.shape[0], A), generator=generator, device=obs.device,
                             dtype=obs.dtype)  # [K+1,B,A]
-        ctx = self.field.context(obs)
+        step = self.field.steps(obs, self.times(obs))
         x = noise[0]  # [B,A] A_0
         sq = noise.square().sum((0, 2))  # [B] sum of all squared standard normal draws (A_0 and every eps_i)
         log_s_sum = torch.zeros_like(sq)  # [B]
         for i in range(K):
-            m, log_s = self.transition(obs, ctx, x, i)  # [B,A] each
-            x = m + log_s.exp() * noise[i + 1]  # [B,A]
+            m, log_s = self.transition(step, x, i)  # [B,A] each
+            x = torch.addcmul(m, log_s.exp(), noise[i + 1])  # [B,A]
             log_s_sum = log_s_sum + log_s.sum(-1)
         # log N(A_0; 0, I) + sum_i log N(A_{i+1}; m_i, s_i^2), with (A_{i+1} - m_i) / s_i = eps_i
         log_p = -0.5 * sq - log_s_sum - 0.5 * (K + 1) * A * _LOG_2PI  # [B]
@@ -345,10 +408,10 @@ class FlowActor(SACActor):
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action ``[B,A]``: the noise-free path from A_0 = 0, then tanh."""
-        ctx = self.field.context(obs)
+        step = self.field.steps(obs, self.times(obs), noise=False)
         x = obs.new_zeros(obs.shape[0], self.action_dim)  # [B,A]
         for i in range(self.steps):
-            x = self.transition(obs, ctx, x, i)[0]
+            x = self.transition(step, x, i)[0]
         return torch.tanh(x)
 
 
