@@ -238,6 +238,40 @@ class GatedVelocity(nn.Module):
         return step
 
 
+_GELU_A = 2.0 * math.sqrt(2.0 / math.pi)
+_GELU_B = _GELU_A * 0.044715
+
+
+class _SigmoidGELU(torch.autograd.Function):
+    """``x sigmoid(u)``, ``u = 2 sqrt(2/pi) (x + 0.044715 x^3)``: the tanh-approximate GELU written with
+    ``0.5 (1 + tanh(z)) = sigmoid(2 z)``, the same function, with a hand-written backward
+    ``s + x s (1 - s) u'``. On this CPU build ``F.gelu(approximate="tanh")`` forward and backward took ~0.95 ms
+    at [256,384], this ~0.2 ms (experiments/sac_flow_speed)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        s = (x * x).mul_(_GELU_B).add_(_GELU_A).mul_(x).sigmoid_()  # [B,F] sigmoid(u)
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor) -> torch.Tensor:
+        x, s = ctx.saved_tensors
+        du = (x * x).mul_(3.0 * _GELU_B).add_(_GELU_A)  # [B,F] u'
+        return (s - s * s).mul_(x).mul_(du).add_(s).mul_(grads[0])
+
+
+class TanhGELU(nn.Module):
+    """``nn.GELU(approximate="tanh")``, faster when a gradient is taken (``_SigmoidGELU``); without gradient, and
+    while tracing or exporting, PyTorch's own kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # torch.jit.is_tracing is public API that the stubs do not re-export
+        if x.requires_grad and torch.is_grad_enabled() and not torch.jit.is_tracing():  # pyright: ignore[reportPrivateImportUsage]
+            return cast(torch.Tensor, _SigmoidGELU.apply(x))
+        return F.gelu(x, approximate="tanh")
+
+
 class OneKeyAttention(nn.Module):
     """Multi-head attention over a single key/value token: ``out(value(memory))``.
 
@@ -266,7 +300,7 @@ class DecoderBlock(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.self_attn, self.cross_attn = OneKeyAttention(d), OneKeyAttention(d)
-        self.ffn = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.ffn = nn.Sequential(nn.Linear(d, 4 * d), TanhGELU(), nn.Linear(4 * d, d))
         self.norms = nn.ModuleList(BatchRenorm(d, warmup_steps=cfg.renorm_warmup) if cfg.flow_batch_renorm
                                    else nn.LayerNorm(d) for _ in range(3))
 

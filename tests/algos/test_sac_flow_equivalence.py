@@ -2,10 +2,10 @@
 
 The reference functions below are the forward passes of ``ctrl_rl/algos/sac_flow.py`` and ``BatchRenorm`` as they
 were at commit 29978ca, before the speed work, written over the same modules' parameters: one velocity call per
-step on the whole input, the time embedding per row, attention as ``out(value(.))``, BatchRenorm with ``torch.var``.
-Every test draws the same noise for both and compares outputs, log-likelihoods, gradients of the parameters and the
-BatchRenorm running statistics within 1e-5 relative (float rounding: the fast path adds the same terms in another
-order).
+step on the whole input, the time embedding per row, attention as ``out(value(.))``, PyTorch's tanh GELU,
+BatchRenorm with ``torch.var``. Every test draws the same noise for both and compares outputs, log-likelihoods,
+gradients of the parameters and the BatchRenorm running statistics within 1e-5 relative (float rounding: the fast
+path adds the same terms in another order).
 """
 
 import copy
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from ctrl_rl.algos.sac_flow import (
     DecodedVelocity,
@@ -81,7 +82,7 @@ def _ref_field(field: Any, obs: torch.Tensor, ctx: torch.Tensor, x: torch.Tensor
         for i, b in enumerate(blocks):
             tok = _ref_brn(b.norms[0], tok + b.self_attn.out(b.self_attn.value(tok)))
             tok = _ref_brn(b.norms[1], tok + ctx[i])
-            tok = _ref_brn(b.norms[2], tok + b.ffn(tok))
+            tok = _ref_brn(b.norms[2], tok + b.ffn[2](F.gelu(b.ffn[0](tok), approximate="tanh")))
         mean, h = field.head(tok).chunk(2, -1)
         return mean, squash_log_std(h, *field.log_std_range)
     assert isinstance(field, NaiveVelocity)
