@@ -12,11 +12,13 @@ layers) with the flow widths set to the SAC actor's 256 (``flow_hidden`` 256, ``
 measures the algorithm's own default widths (512, noise 512x512) instead.
 
 Each measurement is a subprocess ``--worker`` run with ``PYTHONPATH=<tree>``, so ``--before PATH`` (a git worktree
-of the code before a change) and the current tree (``--after``, default this checkout) are timed in the same run.
-A worker builds every variant, warms each up (``--warmup`` updates, untimed), then times ``--turns`` blocks of
-``--updates`` updates per variant, variants interleaved in turns; a variant's figure is the median over its blocks.
-Workers alternate between the trees (before first on even repeats); the report gives medians over ``--repeats``
-workers and the ratios flow/SAC (within each worker, then their median).
+of the code before a change) and the current tree (``--after``, default this checkout) are timed in the same run;
+``--tree NAME=PATH`` adds trees between the two (the effect of each change). A worker builds every variant, counts the
+matmul FLOPs of one update of each (torch's FlopCounterMode, forward and backward; elementwise ops not counted),
+warms each up (``--warmup`` updates, untimed), then times ``--turns`` blocks of ``--updates`` updates per variant,
+variants interleaved in turns; a variant's figure is the median over its blocks. Workers alternate between the trees
+(reversed order on odd repeats); the report gives medians over ``--repeats`` workers and the ratios flow/SAC (within
+each worker, then their median).
 
     python experiments/sac_flow_speed/sac_flow_speed.py [--before /tmp/sacflow_before] [--threads 1 2]
     python experiments/sac_flow_speed/sac_flow_speed.py --profile decoded   # torch.profiler top ops of one variant
@@ -85,12 +87,18 @@ def replay(seed: int):
 
 def worker(a: argparse.Namespace) -> None:
     import torch
+    from torch.utils.flop_counter import FlopCounterMode
 
     import ctrl_rl
 
     torch.set_num_threads(a.threads)
     sample = replay(a.seed)
     agents = {v: make_agent(v, a.flow_hidden, a.seed) for v in a.variants}
+    flops = {}
+    for v, agent in agents.items():  # matmul FLOPs of one update (forward and backward), counted by torch
+        with FlopCounterMode(display=False) as counter:
+            agent.update(sample())
+        flops[v] = counter.get_total_flops()
     for agent in agents.values():  # warm-up: allocator, first-call costs, optimizer state
         for _ in range(a.warmup):
             agent.update(sample())
@@ -105,7 +113,7 @@ def worker(a: argparse.Namespace) -> None:
                 info = agent.update(b)
             float(next(iter(info.values())))  # one host sync at the end of the block
             blocks[v].append((time.perf_counter() - t0) / a.updates)
-    print(json.dumps({"ctrl_rl": ctrl_rl.__file__, "blocks": blocks,
+    print(json.dumps({"ctrl_rl": ctrl_rl.__file__, "blocks": blocks, "matmul_flops": flops,
                       "s_per_update": {v: statistics.median(x) for v, x in blocks.items()}}))
 
 
@@ -172,6 +180,11 @@ def markdown(p: dict) -> str:
             per = ", ".join(f"{x * 1e3:.2f}" for x in r["runs"][v])
             ratio = "" if v == "sac" else f"**{r['ratio_vs_sac'][v]:.2f}**"
             lines.append(f"| {tree} | {th} | {LABEL[v]} | {r['median_s'][v] * 1e3:.2f} | {per} | {ratio} |")
+    lines += ["", "| tree | " + " | ".join(LABEL[v] for v in s["variants"]) + " |",
+              "|---|" + "---|" * len(s["variants"])]
+    for tree, f in p["matmul_flops_per_update"].items():
+        lines.append(f"| {tree}: matmul MFLOP / update (x SAC) | " + " | ".join(
+            f"{f[v] / 1e6:.0f} ({f[v] / f['sac']:.2f}x)" for v in s["variants"]) + " |")
     if "after_over_before" in p:
         lines += ["", "| threads | variant | after / before (ms per update) |", "|---|---|---|"]
         for th, d in p["after_over_before"].items():
@@ -185,6 +198,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--before", type=Path, help="a git worktree of the code before the change (measured too)")
     ap.add_argument("--after", type=Path, default=ROOT, help="the tree under test (default: this checkout)")
+    ap.add_argument("--tree", nargs="+", default=[], metavar="NAME=PATH",
+                    help="more trees, measured between --before and --after (the effect of each change)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--turns", type=int, default=3, help="timed blocks per variant in a worker")
@@ -208,10 +223,11 @@ def main() -> None:
         a.variants = ["sac", *a.variants]
     t_start = time.perf_counter()
     load_before = os.getloadavg()
-    trees = {"after": a.after.resolve()}
-    if a.before is not None:
-        trees = {"before": a.before.resolve(), **trees}
+    trees = {"before": a.before.resolve()} if a.before is not None else {}
+    trees.update({n: Path(p).resolve() for n, p in (t.split("=", 1) for t in a.tree)})
+    trees["after"] = a.after.resolve()
     runs: dict[str, dict[str, list[float]]] = {}
+    flops: dict[str, dict[str, float]] = {}
     ratios: dict[str, dict[str, list[float]]] = {}
     for rep in range(a.repeats):
         order = list(trees) if rep % 2 == 0 else list(reversed(trees))
@@ -220,6 +236,7 @@ def main() -> None:
                 res = run_worker(trees[tree], a, th, a.seed + rep)
                 key = f"{tree}@{th}"
                 s = res["s_per_update"]
+                flops[tree] = res["matmul_flops"]
                 for v in a.variants:
                     runs.setdefault(key, {}).setdefault(v, []).append(s[v])
                     if v != "sac":
@@ -242,7 +259,9 @@ def main() -> None:
         "trees": {k: {"path": str(p), "head": git_head(p)} for k, p in trees.items()},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
-        "uptime_after": uptime, "results": results, "wall_s": time.perf_counter() - t_start}
+        "uptime_after": uptime, "results": results, "matmul_flops_per_update": flops,
+        "matmul_flops_vs_sac": {t: {v: f[v] / f["sac"] for v in f} for t, f in flops.items()},
+        "wall_s": time.perf_counter() - t_start}
     if a.before is not None:
         payload["after_over_before"] = {
             str(th): {v: results[f"after@{th}"]["median_s"][v] / results[f"before@{th}"]["median_s"][v]
