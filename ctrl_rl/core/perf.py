@@ -8,7 +8,6 @@ import os
 import sys
 import threading
 import time
-from typing import Literal
 
 _mallopt_done = False
 
@@ -68,22 +67,27 @@ def usable_cores() -> int:
     return n
 
 
-def default_threads(device_type: str, kind: Literal["large-batches", "small-batches"]) -> int:
-    """The most torch intra-op threads a ``--threads 0`` run uses; 0: leave torch's setting (not CPU).
+def default_threads(device_type: str) -> int:
+    """The most torch intra-op threads a ``--threads 0`` run uses: every usable core on CPU, under a
+    ``ThreadGovernor`` that drops to one thread while other processes use the cores; 0 elsewhere (leave torch's
+    setting).
 
-    Measured alone on this 2-core machine (experiments/contention/contention.md, train seconds, medians):
-    "large-batches" (PPO, minibatches of thousands of rows): 2 threads 6.0 s, 1 thread 9.1 s on the default
-    preset at 600k steps -> every usable core, governed by ThreadGovernor. "small-batches" (SAC, batch 256:
-    7.6 s on 1 thread, 8-9.7 s on 2; IQL, batch 256: 7.2 s on 1, 7.1 s on 2, i.e. no gain)
-    -> 1, where a second thread gains nothing alone and costs 3.4-5.4x when two runs share the machine.
+    Every loop gets the same policy. Measured on this 2-core machine, alone: PPO's minibatches of thousands of
+    rows, 2 threads 6.0 s against 9.1 s on one (default preset at 600k steps, train seconds,
+    experiments/contention/contention.md); the dynamics fit 1.77x, RAVL 1.83x, MOPO 1.48x
+    (experiments/model_based_speed); SAC at batch 256 with 256x256 networks on HalfCheetah-v5, whole process of
+    1,000 random and 5,000 learning steps, 33-34 s with ``--threads 2`` against 47.3 s on one (issue 30), and
+    104 against 69 updates/s (experiments/sac_updates). Tiny networks gain nothing: SAC and IQL at 64x64 on
+    torch:Pendulum measured 7.6 s on one thread against 8-9.7 s on two (SAC) and 7.2 against 7.1 s (IQL)
+    (experiments/contention, fixed counts) -- earlier the reason off-policy and offline loops were pinned to one
+    thread, which cost the common 256-wide case ~1.4x. What one thread buys under contention (a second thread of
+    a batch-256 update stalls at every op's barrier behind another process: 4.5 instead of 94 SAC updates/s) the
+    governor gives by dropping to one thread. experiments/sac_default_speed and experiments/contention measure
+    the governed default against one thread and against SB3.
     """
     if device_type != "cpu":
         return 0
-    if kind == "large-batches":
-        return usable_cores()
-    if kind == "small-batches":
-        return 1
-    raise ValueError(f"unknown workload {kind!r}: expected large-batches or small-batches")
+    return usable_cores()
 
 
 def _affinity() -> list[int]:
@@ -137,10 +141,32 @@ def other_cores_busy(since: _Sample, now: _Sample, cpus: list[int]) -> float:
     return max(0.0, busy - (now[2] - since[2])) / dt
 
 
+def fit_threads(other_busy: float, cpus: int, max_threads: int, slack: float) -> int:
+    """Threads that fit on ``cpus`` CPUs next to ``other_busy`` cores of other processes: ``cpus`` minus the busy
+    cores rounded up once they exceed ``slack``, between 1 and ``max_threads``."""
+    taken = math.ceil(max(0.0, other_busy - slack))
+    return max(1, min(max_threads, cpus - taken))
+
+
+def next_threads(threads: int, other_busy: float, cpus: int, max_threads: int, calm: int, down_slack: float = 0.35,
+                 up_slack: float = 0.15, calm_polls: int = 2) -> tuple[int, int]:
+    """One decision of ``ThreadGovernor`` (pure): ``(threads, calm)`` after a window in which other processes used
+    ``other_busy`` cores. Lowers at once to what fits with ``down_slack``; raises by one only after ``calm_polls``
+    windows in a row in which more fit with ``up_slack`` (``calm`` counts them); else keeps the count."""
+    low = fit_threads(other_busy, cpus, max_threads, down_slack)
+    if low < threads:
+        return low, 0
+    if fit_threads(other_busy, cpus, max_threads, up_slack) > threads:
+        return (threads + 1, 0) if calm + 1 >= calm_polls else (threads, calm + 1)
+    return threads, 0
+
+
 class ThreadGovernor:
     """Keeps torch's intra-op thread count at what the CPUs left free by other processes can hold.
 
-    No fixed setting is both fast alone and robust on a shared 2-core machine. Measured with
+    Every training loop runs under one when ``--threads`` is 0 on CPU (``learn.runtime.RunContext``, with
+    ``default_threads`` as ``max_threads``). No fixed setting is both fast alone and robust on a shared 2-core
+    machine. Measured with
     experiments/contention/contention.py (default PPO preset at 600k steps; process wall s, training s in
     brackets; medians of clean repeats of one invocation; experiments/contention/contention.md):
 
@@ -204,7 +230,7 @@ class ThreadGovernor:
         if self._measures and self.max_threads > 1 and last is not None and start is not None:
             if interval <= last[0] - start[0] <= 60.0:  # a longer history says little about now
                 self.other_busy = other_cores_busy(start, last, self.cpus)
-                self.threads = self._fit(self.down_slack)
+                self.threads = fit_threads(self.other_busy, len(self.cpus), self.max_threads, self.down_slack)
             else:
                 self.threads = 1  # no window to judge: one thread until the polls say otherwise (~0.6 s)
         if self._log:
@@ -225,12 +251,6 @@ class ThreadGovernor:
         if self._torch.get_num_threads() != self.threads:
             self._torch.set_num_threads(self.threads)
 
-    def _fit(self, slack: float) -> int:
-        """Threads that fit on our CPUs next to ``other_busy`` cores of other processes."""
-        assert self.other_busy is not None  # measured before every _fit
-        taken = math.ceil(max(0.0, self.other_busy - slack))
-        return max(1, min(self.max_threads, len(self.cpus) - taken))
-
     def poll(self) -> int:
         """Re-decide if ``interval`` s have passed since the last decision; returns the thread count."""
         last = self._last  # not None while self._measures
@@ -242,15 +262,8 @@ class ThreadGovernor:
             return self.threads
         self.other_busy = other_cores_busy(last, now, self.cpus)
         self._last = now
-        want = self.threads
-        if self._fit(self.down_slack) < self.threads:
-            want, self._calm = self._fit(self.down_slack), 0
-        elif self._fit(self.up_slack) > self.threads:
-            self._calm += 1
-            if self._calm >= self.calm_polls:
-                want, self._calm = self.threads + 1, 0
-        else:
-            self._calm = 0
+        want, self._calm = next_threads(self.threads, self.other_busy, len(self.cpus), self.max_threads, self._calm,
+                                        self.down_slack, self.up_slack, self.calm_polls)
         if want != self.threads:
             if self._log:
                 print(f"[threads] {self.threads} -> {want}: other processes used {self.other_busy:.2f} cores",

@@ -435,7 +435,7 @@ def train_actor_learner(run: RunConfig, algo_name: str, cfg, run_dir: Path, resu
     """Train an actor-learner algorithm (module docstring); ``max_iterations`` stops after that many updates."""
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
-    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+    with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
         gen = ctx.seed(run.seed)
         spec = probe_spec(run)
         algo = make_algorithm(algo_name, cfg, spec, ctx.device, gen)

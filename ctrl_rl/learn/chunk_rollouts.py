@@ -54,7 +54,7 @@ def train_chunk_rollouts(run: RunConfig, algo_name: str, cfg, run_dir: Path, res
     run, cfg, init = prepare(entry, run, cfg, resume)
     loop = run.loop
     assert isinstance(loop, ChunkRolloutsLoopConfig)
-    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+    with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
         s = start(ctx, entry, run, cfg, init)
         algo, gen, B = s.algo, s.algo.gen, loop.batch_size
         if not isinstance(algo, ChunkLearner):

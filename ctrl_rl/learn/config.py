@@ -333,10 +333,9 @@ class RunConfig:
     progress: bool = True
     """Show a progress bar (a plain line every so often when the output is not a terminal)."""
     threads: int = 0
-    """torch intra-op threads. 0 (auto): on CPU, PPO, the dynamics fit and the model-based loops use every core
-    while they have them to themselves and one thread while other processes compete (adapted every 0.3 s);
-    off-policy and offline loops use one. A fixed count makes reruns and resumes bit-identical: the count changes
-    float rounding."""
+    """torch intra-op threads. 0 (auto): on CPU, every loop uses every core while it has them to itself and one
+    thread while other processes compete (adapted every 0.3 s). A fixed count makes reruns and resumes
+    bit-identical: the count changes float rounding."""
     matmul_precision: Literal["highest", "high", "medium"] = "highest"
     """Internal precision of float32 matrix multiplications (``torch.set_float32_matmul_precision``; tensors stay
     float32): ``highest`` computes in float32; ``medium`` rounds the inputs to bfloat16 and accumulates in float32

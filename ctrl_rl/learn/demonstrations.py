@@ -136,7 +136,7 @@ def train_demonstrations(run: RunConfig, algo_name: str, cfg, run_dir: Path, res
     run, cfg, init = prepare(entry, run, cfg, resume)
     loop = run.loop
     assert isinstance(loop, DemonstrationsLoopConfig)
-    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+    with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
         s = start(ctx, entry, run, cfg, init)
         algo, gen = s.algo, s.algo.gen
         ctx.start(run.total_steps, s.step, f"{algo_name} {Path(str(run.dataset)).name}", unit="upd")

@@ -22,19 +22,26 @@ The same loop runs the offline pre-training phase of an offline-to-online algori
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+import torch
+
 from ctrl_rl.algos import registry
+from ctrl_rl.algos.registry import default_update_step
 from ctrl_rl.core.protocols import Algorithm, Scheduled
+from ctrl_rl.core.seeds import batch_seeds
 from ctrl_rl.envs.registry import has_simulator
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.config import OfflineLoopConfig, RunConfig, ensure_loop
 from ctrl_rl.learn.evaluate import evaluate_policy
 from ctrl_rl.learn.regimes import Regime, register_regime
 from ctrl_rl.learn.runtime import RunContext, TrainResult, load_state, training_spec
+from ctrl_rl.learn.seeds import OwnRNG, sample_seeds, split_info
 from ctrl_rl.storage.datasets import open_dataset, to_replay
 from ctrl_rl.storage.datasets.envdata import robot_env_id
 
@@ -63,7 +70,7 @@ def train_offline(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bo
     if not resume:  # a real robot without a simulator (robot:<name>): its state width from the dataset
         run = dataclasses.replace(run, env=robot_env_id(run.env, run.dataset))
     assert run.dataset is not None  # checked above
-    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+    with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
         spec = env_spec(run, algo_name, entry.continuous_only)
         ds = open_dataset(run.dataset, run.env, loop.clip_actions, run.clip_dataset_actions)
         buffer = to_replay(ds, ctx.device)
@@ -99,56 +106,151 @@ class Rounds(Protocol):
         ...
 
 
-def run_updates(ctx: RunContext, algo: Algorithm, update, step: int, last_return: float, record: dict,
-                max_iterations: int | None, rounds: Rounds | None = None) -> TrainResult:
-    """Gradient steps ``update()`` from ``step`` to ``run.total_steps`` with logging, evaluation in the real env
-    and checkpoints (the offline loop's body; the model-based loop adds its collector as ``rounds``). A
-    ``Scheduled`` algorithm gets ``schedule(step / total_steps)`` before every update."""
-    run = ctx.run
-    total = run.total_steps
-    scheduled = isinstance(algo, Scheduled)
-    simulated = has_simulator(run.env)  # a real robot's spec (robot:<name>) has nothing to evaluate in
+class StepRecorder:
+    """What follows every gradient step of one run: metrics rows, evaluation in the real env and checkpoints
+    (``run_updates``'s bookkeeping; a seeds-run keeps one per seed, each with its seed's global RNG state)."""
 
-    def checkpoint() -> None:
-        extra = rounds.state() if rounds is not None else {}
-        ctx.save({"algo_state": algo.state_dict(), **extra}, {"step": step, "last_return": last_return, **record})
+    def __init__(self, ctx: RunContext, algo: Algorithm, step: int, last_return: float, record: dict,
+                 rounds: Rounds | None = None, rng: OwnRNG | None = None):
+        self.ctx, self.algo, self.record, self.rounds, self.rng = ctx, algo, record, rounds, rng
+        self.step, self.last_return = step, last_return
+        self.simulated = has_simulator(ctx.run.env)  # a real robot's spec (robot:<name>) has nothing to evaluate in
+        self.t_log, self.step_log, self.saved_at = time.time(), step, step
+        self.pending: dict[str, float] = {}
 
-    t_log, step_log, done = time.time(), step, 0
-    saved_at, pending = step, {}
-    while step < total:
-        if max_iterations is not None and done >= max_iterations:
-            break
-        if rounds is not None:
-            pending.update(rounds.before(step))
-        if scheduled:
-            algo.schedule(step / total)
-        info = update()
-        step += 1
-        done += 1
-        evaluate = simulated and ((run.eval_every > 0 and step % run.eval_every == 0) or step == total)
+    def _own_rng(self) -> contextlib.AbstractContextManager:
+        return self.rng if self.rng is not None else contextlib.nullcontext()
+
+    def checkpoint(self) -> None:
+        extra = self.rounds.state() if self.rounds is not None else {}
+        with self._own_rng():
+            self.ctx.save({"algo_state": self.algo.state_dict(), **extra},
+                          {"step": self.step, "last_return": self.last_return, **self.record})
+        self.saved_at = self.step
+
+    def after_update(self, info: dict) -> str | None:
+        """Count one gradient step with its ``info``; log, evaluate and checkpoint when due. Returns the progress
+        bar's postfix after an evaluation."""
+        ctx, run = self.ctx, self.ctx.run
+        self.step += 1
+        step = self.step
+        evaluate = self.simulated and ((run.eval_every > 0 and step % run.eval_every == 0) or step == run.total_steps)
         postfix = None
         if step % run.log_every == 0 or evaluate:
             vals = ctx.floats(info)
-            ctx.check_finite(vals, algo, f"gradient step {step}")
+            ctx.check_finite(vals, self.algo, f"gradient step {step}")
             now = time.time()
             row = {"step": step, "wall_time": round(ctx.wall_time(), 3),
-                   "updates_per_s": round((step - step_log) / max(now - t_log, 1e-9), 1), **vals, **pending}
-            t_log, step_log, pending = now, step, {}
+                   "updates_per_s": round((step - self.step_log) / max(now - self.t_log, 1e-9), 1), **vals,
+                   **self.pending}
+            self.t_log, self.step_log, self.pending = now, step, {}
             if evaluate:
-                ret, score, source, success = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
-                last_return = ret
+                with self._own_rng():
+                    ret, score, source, success = evaluate_policy(self.algo, run, run.eval_episodes, run.seed + 10_000)
+                self.last_return = ret
                 row.update(episode_return=ret, normalized_score=score, score_reference=source)
                 if success is not None:
                     row["eval_success_rate"] = success
                 postfix = f"return={ret:.1f} score={'-' if score is None else f'{score:.1f}'}"
             ctx.log(row)
+        if step % run.checkpoint_every == 0 or step == run.total_steps:
+            self.checkpoint()
+        return postfix
+
+    def finish(self, done: int) -> TrainResult:
+        """An early stop (max_iterations) leaves a resumable checkpoint; the run's result."""
+        if done > 0 and self.saved_at != self.step:
+            self.checkpoint()
+        return TrainResult(self.ctx.run_dir, self.step, self.step, self.last_return, self.ctx.wall_time(), self.algo)
+
+
+def run_updates(ctx: RunContext, algo: Algorithm, update, step: int, last_return: float, record: dict,
+                max_iterations: int | None, rounds: Rounds | None = None) -> TrainResult:
+    """Gradient steps ``update()`` from ``step`` to ``run.total_steps`` with logging, evaluation in the real env
+    and checkpoints (the offline loop's body; the model-based loop adds its collector as ``rounds``). A
+    ``Scheduled`` algorithm gets ``schedule(step / total_steps)`` before every update."""
+    total = ctx.run.total_steps
+    scheduled = isinstance(algo, Scheduled)
+    rec = StepRecorder(ctx, algo, step, last_return, record, rounds)
+    done = 0
+    while rec.step < total:
+        if max_iterations is not None and done >= max_iterations:
+            break
+        if rounds is not None:
+            rec.pending.update(rounds.before(rec.step))
+        if scheduled:
+            algo.schedule(rec.step / total)
+        postfix = rec.after_update(update())
+        done += 1
         ctx.advance(1, postfix)
-        if step % run.checkpoint_every == 0 or step == total:
-            checkpoint()
-            saved_at = step
-    if done > 0 and saved_at != step:
-        checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
-    return TrainResult(ctx.run_dir, step, step, last_return, ctx.wall_time(), algo)
+    return rec.finish(done)
+
+
+def train_offline_seeds(runs: Sequence[RunConfig], algo_name: str, cfg, run_dirs: Sequence[Path], resume: bool = False,
+                        max_iterations: int | None = None) -> list[TrainResult]:
+    """``train_offline`` of every run of ``runs`` (one per seed, alike but for ``seed`` and the directory) in one
+    process: one dataset buffer, each seed's agent built, seeded, sampled for and checkpointed as alone, the agents
+    updated together by the entry's seed layout (``core.seeds``, ``learn.seeds``)."""
+    entry = registry.get(algo_name)
+    runs = [ensure_loop(entry, r) for r in runs]
+    run0, loop = runs[0], runs[0].loop
+    assert isinstance(loop, OfflineLoopConfig)  # ensure_loop: the offline regime's loop config
+    if run0.dataset is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl "
+                             ".hdf5 file, a generated dataset id or a Minari dataset id")
+    layout = entry.seed_layout
+    if layout is None or entry.update_step is not default_update_step:
+        raise UserInputError(f"--seeds is not available for {algo_name!r}: expected an algorithm with a seed layout "
+                             "and plain batches")
+    if not resume:
+        runs = [dataclasses.replace(r, env=robot_env_id(r.env, run0.dataset)) for r in runs]
+    with contextlib.ExitStack() as stack:
+        ctxs = []
+        for r, d in zip(runs, run_dirs):
+            # the first context sets threads (a governor under --threads 0); the others keep what it set
+            fixed = r if not ctxs else dataclasses.replace(r, threads=torch.get_num_threads())
+            ctx = stack.enter_context(RunContext(algo_name, fixed, cfg, d, resume))
+            ctx.run = r  # config.json and the checkpoints record the seed's own run
+            ctxs.append(ctx)
+        ctx0 = ctxs[0]
+        spec = env_spec(run0, algo_name, entry.continuous_only)
+        ds = open_dataset(run0.dataset, run0.env, loop.clip_actions, run0.clip_dataset_actions)
+        buffer = to_replay(ds, ctx0.device)
+        sampler, record = buffer, {}
+        if entry.prepare_offline is not None:
+            sampler, record = entry.prepare_offline(ds, buffer, cfg)
+        del ds
+        algos, recs = [], []
+        for ctx, r in zip(ctxs, runs):
+            gen = ctx.seed(r.seed)
+            algo = entry.make(cfg, spec, ctx.device, gen)
+            if not isinstance(algo, Algorithm) or isinstance(algo, Scheduled):
+                raise TypeError(f"{algo_name} has a seed layout but builds a {type(algo).__name__}: expected an "
+                                "Algorithm without a schedule")
+            step, last_return = 0, float("nan")
+            if ctx.checkpoint is not None:
+                load_state(algo, ctx.checkpoint["algo_state"], "networks", ctx.ck_dir / "latest.pt")
+                ctx.restore_rng()
+                step, last_return = ctx.counters["step"], ctx.counters["last_return"]
+            algos.append(algo)
+            recs.append(StepRecorder(ctx, algo, step, last_return, record, rng=OwnRNG()))
+        if len({rec.step for rec in recs}) != 1:
+            raise UserInputError(f"the seeds' checkpoints stand at different steps {[rec.step for rec in recs]}: "
+                                 "expected the directories of one seeds-run, resumed together")
+        batched = batch_seeds(algos, layout)
+        gens = [a.gen for a in algos]
+        S, total, done = len(algos), run0.total_steps, 0
+        for ctx in ctxs:
+            ctx.start(total, recs[0].step, f"{algo_name} {Path(run0.dataset).name} seeds {[r.seed for r in runs]}",
+                      unit="upd")
+        while recs[0].step < total:
+            if max_iterations is not None and done >= max_iterations:
+                break
+            info = batched.update(sample_seeds(sampler, loop.batch_size, gens))
+            postfix = [rec.after_update(i) for rec, i in zip(recs, split_info(info, S))]
+            done += 1
+            ctx0.advance(1, postfix[0])
+        return [rec.finish(done) for rec in recs]
 
 
 def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
@@ -157,5 +259,5 @@ def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max
 
 
 register_regime(Regime(
-    "offline", OfflineLoopConfig, _train,
+    "offline", OfflineLoopConfig, _train, train_seeds=train_offline_seeds,
     summary="dataset -> replay buffer -> update(batch), evaluated in the env"))

@@ -117,7 +117,7 @@ def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: 
     N = run.num_envs
     if loop.buffer_size < N:
         raise UserInputError(f"--buffer-size {loop.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
-    with RunContext(algo_name, run, cfg, run_dir, resume, single_thread=True) as ctx:
+    with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
         gen = ctx.seed(run.seed)
         spec = probe_spec(run)
         check_env_memory(run, spec, N, ctx.device)

@@ -145,20 +145,21 @@ def floats(info: dict) -> dict[str, float]:
 class RunContext:
     """The shared run context of one training loop call (see the module docstring).
 
-    ``threads`` (``run.threads`` 0 on CPU): on-policy loops (``single_thread`` False; PPO's minibatches of
-    thousands of rows gain ~1.5x from a second core) run under a ``core.perf.ThreadGovernor``: every core
-    alone, one thread while other processes use the cores, so two runs started side by side on 2 cores each
-    take ~1.3x their solo time instead of 3-5x (experiments/contention/contention.md); so do the dynamics fit and
-    the model-based loops (ensembles of members x rows, experiments/model_based_speed). Off-policy and offline
-    loops (``single_thread`` True) use one thread: their ~10^2 small ops per update on batch-256 tensors gain
-    nothing from a second thread alone, and when other processes compete every op's barrier waits for a
-    descheduled worker (measured: 4.5 instead of 94 SAC updates/s). The thread count changes float rounding,
-    so bit-identical reruns and resumes need a fixed ``--threads N``; an adaptive run is reproducible only as
-    long as its thread count is (it stays at every core on an otherwise idle machine).
+    ``threads`` (``run.threads`` 0 on CPU): every loop runs under a ``core.perf.ThreadGovernor``, up to every
+    usable core while the machine is otherwise idle and one thread while other processes use the cores, adapted
+    every 0.3 s. Alone, a second core gains PPO ~1.5x (minibatches of thousands of rows), the dynamics fit and the
+    model-based loops 1.5-1.8x (experiments/model_based_speed), and SAC at batch 256 with 256x256 networks ~1.4x
+    (HalfCheetah-v5, 1,000 random and 5,000 learning steps, whole process: 33-34 s with ``--threads 2`` against
+    47.3 s on one thread, which was the off-policy and offline loops' default before); tiny networks (64x64) gain
+    nothing (``core.perf.default_threads``). Under contention one thread is what keeps two runs side by side near
+    their solo time: with two fixed threads every small op's barrier waits for a descheduled worker (4.5 instead
+    of 94 SAC updates/s; PPO 3-5x its solo time, experiments/contention/contention.md). The thread count changes
+    float rounding, so bit-identical reruns and resumes need a fixed ``--threads N``; an adaptive run is
+    reproducible only as long as its thread count is (it stays at every core on an otherwise idle machine).
     """
 
     def __init__(self, algo_name: str, run: RunConfig, cfg: Any, run_dir: Path, resume: bool,
-                 single_thread: bool = False, is_main: bool = True):
+                 is_main: bool = True):
         self.algo_name, self.run, self.cfg, self.run_dir = algo_name, run, cfg, Path(run_dir)
         self.loop = run.loop
         self.resume, self.is_main = resume, is_main
@@ -169,8 +170,7 @@ class RunContext:
         self.device = setup_device(run.device, run.threads)
         self.governor: ThreadGovernor | None = None
         if run.threads == 0 and self.device.type == "cpu":
-            most = min(default_threads("cpu", "small-batches" if single_thread else "large-batches"),
-                       self.threads_on_entry)
+            most = min(default_threads("cpu"), self.threads_on_entry)
             if most > 1:
                 self.governor = ThreadGovernor(most)
             else:

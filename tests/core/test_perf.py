@@ -1,4 +1,5 @@
-"""The thread governor's decisions, driven by a fake /proc/stat sampler, and its wiring into the runtime."""
+"""The thread policy: the governor's decisions as a pure function of other processes' load, the governor
+driven by a fake /proc/stat sampler, and its wiring into every loop's runtime."""
 
 import pytest
 import torch
@@ -88,16 +89,70 @@ def test_governor_polls_from_optimizer_steps(clock):
     assert gov.threads == 1
 
 
-def test_default_threads_per_loop_kind(monkeypatch):
+def test_default_threads_is_every_usable_core_on_cpu_only(monkeypatch):
     monkeypatch.setattr(perf, "usable_cores", lambda: 8)
-    assert perf.default_threads("cpu", "large-batches") == 8
-    assert perf.default_threads("cpu", "small-batches") == 1
-    assert perf.default_threads("cuda", "large-batches") == 0
-    with pytest.raises(ValueError):
-        perf.default_threads("cpu", "bandit")
+    assert perf.default_threads("cpu") == 8
+    assert perf.default_threads("cuda") == 0
 
 
-def test_run_context_governs_ppo_and_pins_offpolicy_and_restores(tmp_path, clock):
+def test_fit_threads_rounds_busy_cores_up_beyond_the_slack():
+    assert perf.fit_threads(0.0, cpus=2, max_threads=2, slack=0.35) == 2
+    assert perf.fit_threads(0.3, cpus=2, max_threads=2, slack=0.35) == 2  # background noise
+    assert perf.fit_threads(0.4, cpus=2, max_threads=2, slack=0.35) == 1  # a core taken, partly
+    assert perf.fit_threads(3.0, cpus=2, max_threads=2, slack=0.35) == 1  # never below one
+    assert perf.fit_threads(0.0, cpus=8, max_threads=2, slack=0.35) == 2  # never above max_threads
+    assert perf.fit_threads(2.5, cpus=8, max_threads=8, slack=0.35) == 5
+
+
+def decide(loads, threads=2, cpus=2, max_threads=2, **kw):
+    """The thread counts ``next_threads`` chooses after each window of other processes' load in ``loads``."""
+    out, calm = [], 0
+    for load in loads:
+        threads, calm = perf.next_threads(threads, load, cpus, max_threads, calm, **kw)
+        out.append(threads)
+    return out
+
+
+def test_next_threads_drops_at_once_and_rises_after_calm_windows():
+    # another run starts (1 core busy), stays, ends: one thread at once, two after two quiet windows
+    assert decide([0.0, 1.0, 1.0, 0.0, 0.0, 0.1]) == [2, 1, 1, 1, 2, 2]
+    # a busy window between quiet ones resets the calm count
+    assert decide([1.0, 0.0, 1.0, 0.0, 0.0], threads=1) == [1, 1, 1, 1, 2]
+    # load between the slacks (0.15 < x <= 0.35) neither drops nor counts as calm
+    assert decide([0.3, 0.3, 0.3]) == [2, 2, 2]
+    assert decide([0.0, 0.3, 0.0, 0.0], threads=1) == [1, 1, 1, 2]
+    # more cores: one step up per calm_polls windows, straight down to what fits
+    assert decide([0.0] * 6, threads=1, cpus=4, max_threads=4) == [1, 2, 2, 3, 3, 4]
+    assert decide([2.0], threads=4, cpus=4, max_threads=4) == [2]
+    assert decide([0.0, 0.0, 0.0], threads=1, calm_polls=1) == [2, 2, 2]
+
+
+def test_every_regime_is_governed_at_threads_0_and_fixed_at_threads_n(tmp_path, clock, monkeypatch):
+    """Every regime (on-policy, off-policy, offline) is governed at --threads 0 on CPU; --threads N is fixed."""
+    from ctrl_rl.algos import registry
+    from ctrl_rl.learn.config import RunConfig, ensure_loop
+    from ctrl_rl.learn.runtime import RunContext
+
+    torch.set_num_threads(2)
+    for algo in ("ppo", "sac", "iql"):
+        run = ensure_loop(registry.get(algo), RunConfig(env="torch:Pendulum", threads=0, progress=False))
+        clock.others = 0.0
+        with RunContext(algo, run, None, tmp_path / algo, resume=False) as ctx:
+            assert ctx.governor is not None and ctx.governor.max_threads == 2
+            assert torch.get_num_threads() == 2  # alone: every core
+            clock.others = 1.0  # another process takes a core
+            assert ctx.governor.poll() == 1 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        run = ensure_loop(registry.get(algo), RunConfig(env="torch:Pendulum", threads=2, progress=False))
+        with RunContext(algo, run, None, tmp_path / f"{algo}-fixed", resume=False) as ctx:
+            assert ctx.governor is None and torch.get_num_threads() == 2  # --threads N is never adapted
+    torch.set_num_threads(1)  # torch's count at entry caps the auto count (OMP_NUM_THREADS=1, a caller's setting)
+    run = ensure_loop(registry.get("sac"), RunConfig(env="torch:Pendulum", threads=0, progress=False))
+    with RunContext("sac", run, None, tmp_path / "one", resume=False) as ctx:
+        assert ctx.governor is None and torch.get_num_threads() == 1
+
+
+def test_run_context_cap_threads_and_restores(tmp_path, clock):
     from ctrl_rl.algos import registry
     from ctrl_rl.learn.config import RunConfig, ensure_loop
     from ctrl_rl.learn.runtime import RunContext
@@ -108,11 +163,4 @@ def test_run_context_governs_ppo_and_pins_offpolicy_and_restores(tmp_path, clock
         assert ctx.governor is not None and ctx.governor.max_threads == 2
         ctx.cap_threads(1)
         assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == 2
-    run = ensure_loop(registry.get("sac"), RunConfig(env="torch:Pendulum", threads=0, progress=False))
-    with RunContext("sac", run, None, tmp_path / "b", resume=False, single_thread=True) as ctx:
-        assert ctx.governor is None and torch.get_num_threads() == 1
-    run = ensure_loop(registry.get("ppo"), RunConfig(env="torch:Pendulum", threads=2, progress=False))
-    with RunContext("ppo", run, None, tmp_path / "c", resume=False) as ctx:
-        assert ctx.governor is None and torch.get_num_threads() == 2  # --threads N is never adapted
     assert torch.get_num_threads() == 2
