@@ -2,6 +2,8 @@
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
+    ctrl-rl train iql --dataset ID --seeds 0 1 2 [--run-dir DIR] ...   (several seeds in one process, batched
+                       networks, one run directory per seed under DIR; --resume DIR continues them all)
     ctrl-rl train ALGO --dataset LEROBOT_DIR [--robot NAME] ...   (no --env: real-robot data, the robot's spec from
                        the dataset's robot_type or --robot, no simulator and no evaluation)
     ctrl-rl eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--env ID] [--seed K]
@@ -182,6 +184,37 @@ def _pop_value(args: list[str], flag: str) -> str | None:
     return None
 
 
+SEEDS_HELP = """
+--seeds K1 K2 ...
+    Train one run per seed in this one process, the seeds' networks batched (IQL, the offline algorithms with a
+    seed layout): --run-dir DIR (default runs/ALGO-ENV-seedsK1_K2_...-TIME) holds seeds.json and one complete run
+    directory per seed, DIR/seed_K, equal bit for bit at a fixed --threads to the run --seed K alone.
+    --resume DIR continues every seed. Not together with --seed."""
+
+
+def _pop_seeds(args: list[str]) -> tuple[list[str], list[int] | None]:
+    """``--seeds K1 K2 ...`` taken out of ``args`` (the seeds, or None when the flag is absent)."""
+    names = [i for i, t in enumerate(args) if t == "--seeds" or t.startswith("--seeds=")]
+    if not names:
+        return args, None
+    if len(names) > 1:
+        raise UserInputError("--seeds was given twice: expected one --seeds K1 K2 ...")
+    i = names[0]
+    tokens = [args[i].split("=", 1)[1]] if "=" in args[i] else []
+    j = i + 1
+    while j < len(args) and not args[j].startswith("--"):
+        tokens.append(args[j])
+        j += 1
+    values = [v for t in tokens for v in t.replace(",", " ").split()]
+    try:
+        seeds = [int(v) for v in values]
+    except ValueError:
+        raise UserInputError(f"--seeds got {' '.join(values)!r}: expected whole numbers, e.g. --seeds 0 1 2") from None
+    if not seeds:
+        raise UserInputError("--seeds got no seed: expected two or more seeds, e.g. --seeds 0 1 2")
+    return args[:i] + args[j:], seeds
+
+
 def _given(args: list[str]) -> set[str]:
     out = set()
     for tok in args:
@@ -194,7 +227,7 @@ def _given(args: list[str]) -> set[str]:
 # -- train ----------------------------------------------------------------------------------------------
 def cmd_train(args: list[str]) -> int:
     from ctrl_rl.algos import registry
-    from ctrl_rl.learn.config import build_run, from_dict, load_config, load_preset, loop_config_class
+    from ctrl_rl.learn.config import build_run, from_dict, load_preset, loop_config_class
 
     if not args or args[0] in ("-h", "--help"):
         print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {registry.names()}; `ctrl-rl train ppo --help` "
@@ -214,41 +247,36 @@ def cmd_train(args: list[str]) -> int:
     robot = _pop_value(rest, "--robot")  # a LeRobot dataset's robot when it trains without --env
     rest = [t for i, t in enumerate(rest) if not (t == "--robot" or t.startswith("--robot=")
                                                    or (i > 0 and rest[i - 1] == "--robot"))]
+    rest, seeds = _pop_seeds(rest)
+    if seeds is not None:
+        if entry.seed_layout is None:
+            from ctrl_rl.learn.seeds import check_seeds
+
+            check_seeds(seeds, entry, None)  # one sentence naming the algorithms that take --seeds
+        if "seed" in _given(rest):
+            raise UserInputError("--seeds and --seed were both given: expected --seeds K1 K2 ... for several seeds in "
+                                 "one process, or --seed K for one")
     _check_flags(rest, _flag_names(RunConfig, loop_cls, cfg_cls), prog)
 
     resume_dir = _pop_value(rest, "--resume")
     if resume_dir is not None and robot is not None:
         raise UserInputError("--robot cannot change when resuming: expected the resumed run's own robot")
+    if resume_dir is not None and seeds is not None:
+        raise UserInputError(f"--seeds cannot be given with --resume: the seeds-run {resume_dir!r} names its seeds in "
+                             "its seeds.json")
     if resume_dir is not None:
-        from ctrl_rl.learn.checkpoint import load_checkpoint
-        from ctrl_rl.learn.rundir import check_resume_dir
+        from ctrl_rl.learn.seeds import read_record, seed_dir
 
-        run_dir = Path(resume_dir)
-        pre = run_dir / "pretrain" / "checkpoints" / "latest.pt"
-        if ((run_dir / "config.json").is_file() and not (run_dir / "checkpoints" / "latest.pt").is_file()
-                and pre.is_file()):
-            ck_path = pre  # stopped inside the offline pre-training phase
-        else:
-            ck_path = check_resume_dir(run_dir)
-        saved_algo, run0, cfg0 = load_config(run_dir / "config.json")
-        if saved_algo != algo:
-            raise UserInputError(f"resume directory {resume_dir!r} holds a {saved_algo!r} run: expected a {algo!r} run")
-        ck = load_checkpoint(ck_path, expect_algo=algo)  # validate before anything else
-        extra = _given(rest) - RESUME_OVERRIDES
-        if extra:
-            raise UserInputError(f"--{sorted(extra)[0].replace('_', '-')} cannot change when resuming: expected only "
-                                 f"{', '.join('--' + o.replace('_', '-') for o in sorted(RESUME_OVERRIDES))}")
-        parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run0, run0.loop, cfg0), prog)
-        done = int(ck.get("counters", {}).get("step", 0)) if ck_path.parent.parent == run_dir else 0
-        if parsed.run.total_steps < done:
-            raise UserInputError(f"--total-steps {parsed.run.total_steps} is below the {done} steps {resume_dir!r} has "
-                                 f"already done: expected --total-steps >= {done}")
-        assert run0.loop is not None  # a saved run's config is built with its loop config (build_run)
-        overridable = RESUME_LOOP & {f.name for f in dataclasses.fields(run0.loop)}
-        loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in overridable})
-        run = dataclasses.replace(run0, **{k: getattr(parsed.run, k) for k in RESUME_RUN if k != "resume"},
-                                  resume=str(run_dir), loop=loop)
-        return _run_training(algo, run, cfg0, run_dir, resume=True, restartable=False)
+        record = read_record(Path(resume_dir))
+        if record is None:
+            run, cfg0 = _resumed(algo, Path(resume_dir), rest, loop_cls, cfg_cls, prog)
+            return _run_training(algo, run, cfg0, Path(resume_dir), resume=True, restartable=False)
+        if record["algo"] != algo:
+            raise UserInputError(f"resume directory {resume_dir!r} holds a seeds-run of {record['algo']!r}: expected "
+                                 f"a {algo!r} run")
+        resumed = [_resumed(algo, seed_dir(Path(resume_dir), s), rest, loop_cls, cfg_cls, prog)
+                   for s in record["seeds"]]
+        return _run_seeds(algo, [r for r, _ in resumed], resumed[0][1], Path(resume_dir), resume=True)
 
     preset_name = _pop_value(rest, "--preset")
     run_defaults: dict = dict(entry.run_defaults)
@@ -273,7 +301,12 @@ def cmd_train(args: list[str]) -> int:
             run_defaults["preset"] = default.name
     run_d = build_run(entry, run_defaults, loop_defaults, "preset run")
     cfg_d = from_dict(cfg_cls, cfg_defaults, f"preset {algo} config")
-    parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run_d, run_d.loop, cfg_d), prog)
+    try:
+        parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run_d, run_d.loop, cfg_d), prog)
+    except SystemExit:
+        if entry.seed_layout is not None:  # --help: the one flag outside the config classes
+            print(SEEDS_HELP)
+        raise
     run, cfg = dataclasses.replace(parsed.run, loop=parsed.loop), parsed.algo
     if run.dataset is not None and "env" not in _given(rest) and "env" not in run_defaults:
         run = dataclasses.replace(run, env=_env_of_dataset(run.dataset, robot))
@@ -290,11 +323,57 @@ def cmd_train(args: list[str]) -> int:
         run_dir = Path(run.run_dir)
     else:
         safe_env = re.sub(r"[^A-Za-z0-9._-]+", "_", run.env)
-        run_dir = Path("runs") / f"{algo}-{safe_env}-s{run.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        which = f"s{run.seed}" if seeds is None else "seeds" + "_".join(map(str, seeds))
+        run_dir = Path("runs") / f"{algo}-{safe_env}-{which}-{time.strftime('%Y%m%d-%H%M%S')}"
     from ctrl_rl.learn.rundir import check_new_run_dir
+
+    if seeds is not None:
+        from ctrl_rl.learn.seeds import check_seeds, seed_runs
+
+        check_seeds(seeds, entry, cfg)
+        if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+            raise UserInputError(f"run directory {str(run_dir)!r} exists and is not empty: expected a new or empty "
+                                 f"directory for a seeds-run, or --resume {run_dir} to continue one")
+        check_new_run_dir(run_dir)
+        return _run_seeds(algo, seed_runs(run, run_dir, seeds), cfg, run_dir, resume=False)
 
     restartable = check_new_run_dir(run_dir)  # a file, unwritable, unrelated files, a run with a checkpoint: refused
     return _run_training(algo, run, cfg, run_dir, resume=False, restartable=restartable)
+
+
+def _resumed(algo: str, run_dir: Path, rest: list[str], loop_cls: type, cfg_cls: type, prog: str):
+    """The run and algorithm config a ``--resume run_dir`` continues with (the saved ones, with the flags that may
+    change when resuming taken from ``rest``), after checking the directory and its checkpoint."""
+    from ctrl_rl.learn.checkpoint import load_checkpoint
+    from ctrl_rl.learn.config import load_config
+    from ctrl_rl.learn.rundir import check_resume_dir
+
+    resume_dir = str(run_dir)
+    pre = run_dir / "pretrain" / "checkpoints" / "latest.pt"
+    if ((run_dir / "config.json").is_file() and not (run_dir / "checkpoints" / "latest.pt").is_file()
+            and pre.is_file()):
+        ck_path = pre  # stopped inside the offline pre-training phase
+    else:
+        ck_path = check_resume_dir(run_dir)
+    saved_algo, run0, cfg0 = load_config(run_dir / "config.json")
+    if saved_algo != algo:
+        raise UserInputError(f"resume directory {resume_dir!r} holds a {saved_algo!r} run: expected a {algo!r} run")
+    ck = load_checkpoint(ck_path, expect_algo=algo)  # validate before anything else
+    extra = _given(rest) - RESUME_OVERRIDES
+    if extra:
+        raise UserInputError(f"--{sorted(extra)[0].replace('_', '-')} cannot change when resuming: expected only "
+                             f"{', '.join('--' + o.replace('_', '-') for o in sorted(RESUME_OVERRIDES))}")
+    parsed = _tyro_parse(TrainArgs[loop_cls, cfg_cls], rest, TrainArgs(run0, run0.loop, cfg0), prog)
+    done = int(ck.get("counters", {}).get("step", 0)) if ck_path.parent.parent == run_dir else 0
+    if parsed.run.total_steps < done:
+        raise UserInputError(f"--total-steps {parsed.run.total_steps} is below the {done} steps {resume_dir!r} has "
+                             f"already done: expected --total-steps >= {done}")
+    assert run0.loop is not None  # a saved run's config is built with its loop config (build_run)
+    overridable = RESUME_LOOP & {f.name for f in dataclasses.fields(run0.loop)}
+    loop = dataclasses.replace(run0.loop, **{k: getattr(parsed.loop, k) for k in overridable})
+    run = dataclasses.replace(run0, **{k: getattr(parsed.run, k) for k in RESUME_RUN if k != "resume"},
+                              resume=resume_dir, loop=loop)
+    return run, cfg0
 
 
 def _env_of_dataset(dataset: str, robot: str | None = None) -> str:
@@ -378,6 +457,58 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool, restartable:
         if lock is not None:
             lock.release()
         D.shutdown()
+    return 0
+
+
+def _run_seeds(algo: str, runs: list, cfg, parent: Path, resume: bool) -> int:
+    """``_run_training`` for a seeds-run: every seed's directory locked, ``seeds.json`` written, the seeds trained in
+    this process (``learn.train.train_seeds``); refused input leaves nothing behind."""
+    from ctrl_rl.learn import distributed as D
+    from ctrl_rl.learn.checkpoint import remove_stale_tmp
+    from ctrl_rl.learn.rundir import RunDirLock
+    from ctrl_rl.learn.seeds import write_record
+    from ctrl_rl.learn.train import train_seeds
+
+    if D.init_from_env(runs[0].device).enabled:
+        raise UserInputError(f"--seeds trains its seeds in one process: expected `ctrl-rl train {algo} --seeds ...` "
+                             "without torchrun")
+    created = _first_missing(parent)
+    dirs = [Path(r.run_dir) for r in runs]
+    locks: list = []
+    try:
+        for d in dirs:
+            lock = RunDirLock(d)
+            lock.acquire()
+            locks.append(lock)
+            remove_stale_tmp(d, all_pids=True)
+            remove_stale_tmp(d / "checkpoints", all_pids=True)
+        if not resume:
+            write_record(parent, algo, [r.seed for r in runs])
+        try:
+            results = train_seeds(runs, algo, cfg, dirs, resume=resume)
+        except UserInputError:
+            for lock in locks:
+                lock.release()
+            locks = []
+            if created is not None and not any((d / "config.json").exists() for d in dirs):
+                import shutil
+
+                shutil.rmtree(created, ignore_errors=True)  # refused before anything was written: leave nothing
+            raise
+        from ctrl_rl.plot import plot_run
+
+        for d, res in zip(dirs, results):
+            try:
+                plot_run(d)
+            except Exception as e:  # a plot must never fail a finished run
+                print(f"ctrl-rl: could not draw the learning curve of {d} ({e})", file=sys.stderr)
+            print(json.dumps({"run_dir": str(d), "step": res.step, "episode_return": res.last_return,
+                              "wall_time_s": round(res.wall_time, 1)}))
+        print(f"seeds-run:   {parent} ({len(dirs)} seeds: {', '.join(d.name for d in dirs)})\n"
+              f"tensorboard: tensorboard --logdir {parent}")
+    finally:
+        for lock in locks:
+            lock.release()
     return 0
 
 

