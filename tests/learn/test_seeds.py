@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ctrl_rl.algos import registry
+from ctrl_rl.cli import main
 from ctrl_rl.learn.checkpoint import load_checkpoint
 from ctrl_rl.learn.config import load_config
 from ctrl_rl.learn.offline import train_offline
@@ -85,3 +86,53 @@ def test_a_cut_seeds_run_resumes_to_the_uninterrupted_end(dataset, tmp_path):
     for a, b, d in zip(full, resumed, cut_dirs):
         assert b.step == 60 and _same_state(a.algo.state_dict(), b.algo.state_dict()) == []
         assert _metrics(d) == _metrics(tmp_path / "full" / d.name)
+
+
+FLAGS = ["--env", "torch:Pendulum", "--total-steps", "20", "--eval-every", "0", "--eval-episodes", "1",
+         "--log-every", "10", "--checkpoint-every", "10", "--batch-size", "32", "--actor-hidden", "16", "16",
+         "--critic-hidden", "16", "16", "--value-hidden", "16", "16", "--threads", "1", "--no-progress"]
+
+
+def test_cli_seeds_run_layout_and_resume(dataset, tmp_path, capsys):
+    parent = tmp_path / "runs" / "iql3"
+    assert main(["train", "iql", "--dataset", dataset, *FLAGS, "--seeds", "0", "1", "--run-dir", str(parent)]) == 0
+    assert json.loads((parent / "seeds.json").read_text()) == {"algo": "iql", "seeds": [0, 1],
+                                                              "runs": ["seed_0", "seed_1"]}
+    for s in (0, 1):  # each seed directory is a run of its own: its config names its seed, a single run resumes it
+        assert load_config(parent / f"seed_{s}" / "config.json")[1].seed == s
+    assert main(["train", "iql", "--resume", str(parent), "--total-steps", "30", "--no-progress"]) == 0
+    steps = [load_checkpoint(parent / f"seed_{s}" / "checkpoints" / "latest.pt")["counters"]["step"] for s in (0, 1)]
+    assert steps == [30, 30]
+    assert main(["train", "iql", "--resume", str(parent / "seed_1"), "--total-steps", "40", "--no-progress"]) == 0
+    assert load_checkpoint(parent / "seed_1" / "checkpoints" / "latest.pt")["counters"]["step"] == 40
+
+
+@pytest.mark.parametrize("args, words", [
+    (["cql", "--seeds", "0", "1"], "--seeds is not available for 'cql'"),
+    (["iql", "--seeds", "0", "1", "0"], "seed 0 more than once"),
+    (["iql", "--seeds", "0", "1", "--seed", "3"], "--seeds and --seed were both given"),
+    (["iql", "--seed", "3", "--seeds", "0", "1"], "--seeds and --seed were both given"),
+    (["iql", "--seeds", "2"], "expected two or more seeds"),
+    (["iql", "--seeds", "one", "two"], "expected whole numbers"),
+    (["iql", "--seeds", "0", "1", "--dropout", "0.1"], "--dropout above 0"),
+])
+def test_bad_seeds_input_is_one_sentence_and_writes_nothing(args, words, dataset, tmp_path, capsys):
+    run_dir = tmp_path / "new" / "r"
+    assert main(["train", args[0], "--dataset", dataset, *FLAGS, *args[1:], "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and err.count("\n") == 0
+    assert not (tmp_path / "new").exists()
+
+
+def test_seeds_with_resume_and_a_wrong_dataset_are_refused(dataset, tmp_path, capsys):
+    parent = tmp_path / "s"
+    assert main(["train", "iql", "--dataset", dataset, *FLAGS, "--seeds", "0", "1", "--run-dir", str(parent)]) == 0
+    assert main(["train", "iql", "--resume", str(parent), "--seeds", "0", "1"]) == 2
+    assert "--seeds cannot be given with --resume" in capsys.readouterr().err
+    assert main(["train", "cql", "--resume", str(parent)]) == 2
+    assert "holds a seeds-run of 'iql'" in capsys.readouterr().err
+    # refused once training starts (the dataset does not fit the env): nothing of the seeds-run is left behind
+    bad = tmp_path / "bad" / "r"
+    assert main(["train", "iql", "--dataset", dataset, *[f if f != "torch:Pendulum" else "Hopper-v5" for f in FLAGS],
+                 "--seeds", "0", "1", "--run-dir", str(bad)]) == 2
+    assert not (tmp_path / "bad").exists()

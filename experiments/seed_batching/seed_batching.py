@@ -1,0 +1,138 @@
+"""Several seeds in one process against one process per seed: gradient steps/s per seed (issue 30, part 4).
+
+Both variants are the same ``ctrl-rl train ALGO --dataset D`` run (no evaluation until the last step, no checkpoint
+until the end), N seeds each:
+
+  one process   ``--seeds K1 .. KN``: the seeds' networks batched (``ctrl_rl.core.seeds``)
+  separate      N processes ``--seed K`` started together, side by side on this machine
+
+The headline, gradient steps/s per seed, is ``--steps`` over the seconds from the start until the last process ends
+(imports, dataset loading and the final one-episode evaluation included: N processes load and hold N copies of the
+dataset, one process one). Each run's loop rate (metrics.jsonl, first to last logged row) is reported beside; for
+separate processes it flatters them, as one process's loop partly runs while the others still load.
+The variants alternate in every repeat (which goes first alternates too); the figures are medians over repeats.
+Target (issue 30): one process >= 1.5x separate for IQL with 3 seeds.
+
+    python experiments/seed_batching/seed_batching.py                       # IQL, seeds 0 1 2, 3 x 2000 steps
+    python experiments/seed_batching/seed_batching.py --steps 200 --repeats 1 --out /tmp/sb   # a quick check
+    python experiments/seed_batching/seed_batching.py --device cuda          # on a GPU
+
+Writes ``seed_batching.{json,md}`` to ``--out`` (default: this folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import ROOT, git_commit, write_result  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent
+
+
+def train_cmd(args: argparse.Namespace, run_dir: Path, seeds: list[int]) -> list[str]:
+    which = ["--seeds", *map(str, seeds)] if len(seeds) > 1 else ["--seed", str(seeds[0])]
+    return [sys.executable, "-m", "ctrl_rl", "train", args.algo, "--dataset", args.dataset, *which,
+            "--total-steps", str(args.steps), "--log-every", str(args.log_every), "--eval-every", "0",
+            "--eval-episodes", "1", "--checkpoint-every", str(args.steps), "--threads", str(args.threads),
+            "--device", args.device, "--no-progress", "--run-dir", str(run_dir), *args.extra]
+
+
+def loop_rate(run_dir: Path) -> float:
+    """Gradient steps/s of one run's training loop: steps and wall time between its first and last metrics rows."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "wall_time" in r]
+    first, last = rows[0], rows[-1]
+    return (last["step"] - first["step"]) / (last["wall_time"] - first["wall_time"])
+
+
+def run_together(cmds: list[list[str]]) -> float:
+    """Start every command at once, wait for all; the seconds until the last one ends."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in cmds]
+    for p, c in zip(procs, cmds):
+        _, err = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"{' '.join(c)} failed ({p.returncode}): {err.decode()[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def one_process(args: argparse.Namespace, work: Path) -> dict:
+    parent = work / "one_process"
+    seconds = run_together([train_cmd(args, parent, args.seeds)])
+    rates = [loop_rate(parent / f"seed_{s}") for s in args.seeds]
+    return {"steps_per_s_per_seed": args.steps / seconds, "process_s": seconds,
+            "loop_steps_per_s_per_seed": statistics.median(rates)}
+
+
+def separate(args: argparse.Namespace, work: Path) -> dict:
+    dirs = [work / f"separate_{s}" for s in args.seeds]
+    seconds = run_together([train_cmd(args, d, [s]) for d, s in zip(dirs, args.seeds)])
+    rates = [loop_rate(d) for d in dirs]
+    return {"steps_per_s_per_seed": args.steps / seconds, "process_s": seconds,
+            "loop_steps_per_s_per_seed": statistics.mean(rates), "loop_each": rates}
+
+
+def markdown(result: dict) -> str:
+    a = result["args"]
+    m = result["median"]
+    lines = [f"# seed_batching: {a['algo']} {len(a['seeds'])} seeds, {a['steps']} steps, {a['device']}, "
+             f"--threads {a['threads']}", "",
+             f"commit {result['commit']}, {result['repeats_done']} repeat(s), load before {result['load_before']}", "",
+             "| variant | gradient steps/s per seed | seconds to the last process's end | loop steps/s per seed |",
+             "|---|---|---|---|"]
+    for name in ("one_process", "separate"):
+        lines.append(f"| {name} | {m[name]['steps_per_s_per_seed']:.1f} | {m[name]['process_s']:.1f} | "
+                     f"{m[name]['loop_steps_per_s_per_seed']:.1f} |")
+    lines += ["", f"one process / separate: **{m['ratio']:.2f}x** (target >= 1.5x for IQL with 3 seeds)", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--algo", default="iql")
+    p.add_argument("--dataset", default="halfcheetah-medium-v5",
+                   help="a dataset id or file (generated ids: `ctrl-rl data generate --env HalfCheetah-v5 --level "
+                        "medium` writes halfcheetah-medium-v5)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--log-every", type=int, default=250)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="--threads of every run (0: the governed default)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("extra", nargs="*", help="further flags for every run, after --")
+    args = p.parse_args()
+    if args.steps < 2 * args.log_every:
+        raise SystemExit(f"--steps {args.steps} gives fewer than two metrics rows: expected >= 2 x --log-every")
+    load_before = os.getloadavg()[0]
+    runs: dict[str, list[dict]] = {"one_process": [], "separate": []}
+    for rep in range(args.repeats):
+        order = [one_process, separate] if rep % 2 == 0 else [separate, one_process]
+        for fn in order:
+            with tempfile.TemporaryDirectory() as d:
+                r = fn(args, Path(d))
+            runs[fn.__name__].append(r)
+            print(f"repeat {rep + 1}/{args.repeats} {fn.__name__}: {r['steps_per_s_per_seed']:.1f} steps/s per seed, "
+                  f"{r['process_s']:.1f} s", flush=True)
+    fields = ("steps_per_s_per_seed", "process_s", "loop_steps_per_s_per_seed")
+    median = {k: {f: statistics.median(r[f] for r in v) for f in fields} for k, v in runs.items()}
+    median["ratio"] = median["one_process"]["steps_per_s_per_seed"] / median["separate"]["steps_per_s_per_seed"]
+    result = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "commit": git_commit(), "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+              "cpus": os.cpu_count(), "repeats_done": args.repeats, "runs": runs, "median": median}
+    write_result("seed_batching", result, markdown(result), folder=args.out)
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
