@@ -204,3 +204,119 @@ def ab_report_head(p: dict, title: str) -> list[str]:
             f"{p['setting']['repeats']} interleaved repeats, {p['machine']['cpus']} CPUs, {p['date']}, "
             f"script wall time {p['wall_s'] / 60:.1f} min, load average (1 min) before the runs "
             f"{min(p['load_avg_1min'])}-{max(p['load_avg_1min'])}.", ""]
+
+
+# ----- update cost against the machine's matmul rate -----
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def synthetic_replay(obs_dim: int, act_dim: int, batch: int, rows: int, seed: int):
+    """A sampler of ``batch``-row ``Transition``s from an in-memory replay of ``rows`` synthetic transitions
+    (observations N(0, 1), actions U(-1, 1), next observations within 0.1 of them, 1% terminations, no
+    truncations), for timing updates without an env."""
+    import torch
+
+    from ctrl_rl.core.types import Transition
+
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(rows, obs_dim, generator=g)  # [R,O]
+    data = (obs, torch.rand(rows, act_dim, generator=g) * 2 - 1, torch.randn(rows, generator=g),
+            obs + 0.1 * torch.randn(rows, obs_dim, generator=g), torch.rand(rows, generator=g) < 0.01,
+            torch.zeros(rows, dtype=torch.bool))
+
+    def sample() -> Transition:
+        idx = torch.randint(rows, (batch,), generator=g)  # [B]
+        return Transition(*(x[idx] for x in data))
+
+    return sample
+
+
+def matmul_flops(fn) -> int:
+    """Matmul FLOPs of one call of ``fn()`` (forward and backward), counted by torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def matmul_calls(fn) -> list[tuple[str, list[int], list[int]]]:
+    """The matrix products one call of ``fn()`` runs, forward and backward: ``(op, shape of the first operand,
+    shape of the second)`` per aten mm / addmm / bmm / baddbmm call, from torch.profiler's recorded shapes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    calls = []
+    for e in prof.events() or []:
+        if e.name in MATMUL_OPS:
+            shapes = [list(s) for s in e.input_shapes]
+            first = 0 if e.name in ("aten::mm", "aten::bmm") else 1  # addmm / baddbmm: (input, a, b, ...)
+            calls.append((e.name, shapes[first], shapes[first + 1]))
+    return calls
+
+
+def call_flops(calls: list[tuple[str, list[int], list[int]]]) -> int:
+    """2 m k n per product (times the batch of a bmm) summed over ``calls`` (FlopCounterMode's convention)."""
+    total = 0
+    for _, a, b in calls:
+        batch = a[0] if len(a) == 3 else 1
+        total += 2 * batch * a[-2] * a[-1] * b[-1]
+    return total
+
+
+def matmul_replay_gflops(calls: list[tuple[str, list[int], list[int]]], repeats: int = 5, rounds: int = 20) -> float:
+    """GFLOP/s of plain ``torch.mm`` / ``torch.bmm`` at the shapes of ``calls`` (contiguous random operands, on the
+    current threads): the median over ``repeats`` timings of ``rounds`` passes over every product. What an update
+    with these products could reach if it did nothing else."""
+    import statistics
+
+    import torch
+
+    pairs = [(torch.randn(a), torch.randn(b)) for _, a, b in calls]
+
+    def one_pass() -> None:
+        for x, y in pairs:
+            if x.dim() == 3:
+                torch.bmm(x, y)
+            else:
+                torch.mm(x, y)
+
+    for _ in range(3):
+        one_pass()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(rounds):
+            one_pass()
+        times.append((time.perf_counter() - t) / rounds)
+    return call_flops(calls) / statistics.median(times) / 1e9
+
+
+def large_matmul_gflops(n: int = 2048, repeats: int = 5, calls: int = 3) -> float:
+    """GFLOP/s of a float32 (n x n) @ (n x n) product on the current threads, median of ``repeats`` timings of
+    ``calls`` products: the machine's matmul rate where size is no obstacle."""
+    import statistics
+
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b, out=(c := torch.empty(n, n)))
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(calls):
+            torch.mm(a, b, out=c)
+        rates.append(2 * n**3 * calls / (time.perf_counter() - t) / 1e9)
+    return statistics.median(rates)
+
+
+def profile_table(fn, calls: int, rows: int = 25) -> str:
+    """torch.profiler's table of the top ``rows`` ops by self CPU time over ``calls`` calls of ``fn()``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)

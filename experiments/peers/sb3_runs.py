@@ -3,12 +3,14 @@ benchmark names and returns what that benchmark measures. SB3 is imported inside
 extra installs it).
 
 Used by ``experiments/ppo_halfcheetah_sps/`` (PPO env-steps/s), ``experiments/time_to_3000/`` (PPO wall time to a
-return) and ``experiments/sac_updates/`` (SAC updates/s); each script's docstring says what is matched.
+return), ``experiments/sac_updates/`` (SAC updates/s) and ``experiments/sac_default_speed/`` (whole SAC runs with
+each library's defaults); each script's docstring says what is matched.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 
 def ppo_steps_per_s(steps: int, seed: int, preset: dict | None = None) -> float:
@@ -22,7 +24,7 @@ def ppo_steps_per_s(steps: int, seed: int, preset: dict | None = None) -> float:
     if preset is not None:
         c, r = preset["config"], preset["run"]
         n_envs = r["num_envs"]
-        kw = dict(n_steps=c["rollout_steps"], batch_size=c["minibatch_size"], n_epochs=c["epochs"],
+        kw: dict[str, Any] = dict(n_steps=c["rollout_steps"], batch_size=c["minibatch_size"], n_epochs=c["epochs"],
                   learning_rate=c["lr"], gamma=c["gamma"], gae_lambda=c["gae_lambda"], clip_range=c["clip_eps"],
                   max_grad_norm=c["max_grad_norm"],
                   policy_kwargs=dict(net_arch=dict(pi=list(c["actor_hidden"]), vf=list(c["critic_hidden"])),
@@ -108,4 +110,18 @@ def sac_updates_per_s(warmup: int, updates: int, seed: int, threads: int) -> flo
                 train_freq=1, gradient_steps=1, learning_rate=3e-4, tau=0.005, gamma=0.99, seed=seed,
                 policy_kwargs=dict(net_arch=[256, 256]), verbose=0, device="cpu")
     model.learn(total_timesteps=warmup + updates, callback=clock)
-    return (model.num_timesteps - clock.n0) / (time.perf_counter() - clock.t0)
+    t0, n0 = clock.t0, clock.n0
+    assert t0 is not None and n0 is not None, "the run ended before the clock started"
+    return (int(model.num_timesteps) - n0) / (time.perf_counter() - t0)
+
+
+def sac_default_run(warmup: int, learning: int, seed: int) -> dict:
+    """SB3 SAC as a user starts it, its defaults except the warm-up: ``SAC("MlpPolicy", "HalfCheetah-v5",
+    learning_starts=warmup, seed=seed).learn(warmup + learning)`` (256x256 networks, batch 256, UTD 1, replay 1M,
+    gymnasium env, torch's default thread count, CPU). Returns the updates made and the torch threads used."""
+    import torch
+    from stable_baselines3 import SAC
+
+    model = SAC("MlpPolicy", "HalfCheetah-v5", learning_starts=warmup, seed=seed, verbose=0, device="cpu")
+    model.learn(total_timesteps=warmup + learning)
+    return {"updates": int(model._n_updates), "torch_threads": torch.get_num_threads()}

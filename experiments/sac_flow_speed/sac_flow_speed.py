@@ -42,6 +42,9 @@ from typing import cast
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))  # experiments/: common.py
+from common import matmul_flops, synthetic_replay  # noqa: E402
+
 OBS, ACT, BATCH, ROWS = 11, 3, 256, 100_000
 VARIANTS = ("sac", "gated", "decoded", "naive")
 LABEL = {"sac": "SAC", "gated": "Flow-G", "decoded": "Flow-T", "naive": "naive flow"}
@@ -68,26 +71,11 @@ def make_agent(variant: str, flow_hidden: int, seed: int):
 
 def replay(seed: int):
     """A synthetic in-memory replay of Hopper-sized transitions and a sampler of batches from it."""
-    import torch
-
-    from ctrl_rl.core.types import Transition
-
-    g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(ROWS, OBS, generator=g)  # [R,O]
-    data = (obs, torch.rand(ROWS, ACT, generator=g) * 2 - 1, torch.randn(ROWS, generator=g),
-            obs + 0.1 * torch.randn(ROWS, OBS, generator=g), torch.rand(ROWS, generator=g) < 0.01,
-            torch.zeros(ROWS, dtype=torch.bool))
-
-    def sample() -> Transition:
-        idx = torch.randint(ROWS, (BATCH,), generator=g)  # [B]
-        return Transition(*(x[idx] for x in data))
-
-    return sample
+    return synthetic_replay(OBS, ACT, BATCH, ROWS, seed)
 
 
 def worker(a: argparse.Namespace) -> None:
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     import ctrl_rl
 
@@ -96,9 +84,7 @@ def worker(a: argparse.Namespace) -> None:
     agents = {v: make_agent(v, a.flow_hidden, a.seed) for v in a.variants}
     flops = {}
     for v, agent in agents.items():  # matmul FLOPs of one update (forward and backward), counted by torch
-        with FlopCounterMode(display=False) as counter:
-            agent.update(sample())
-        flops[v] = counter.get_total_flops()
+        flops[v] = matmul_flops(lambda agent=agent: agent.update(sample()))
     for agent in agents.values():  # warm-up: allocator, first-call costs, optimizer state
         for _ in range(a.warmup):
             agent.update(sample())

@@ -39,3 +39,23 @@ def test_iqm_over_seeds_and_tasks_and_probability_of_improvement():
         assert poi["x > y"]["p"] == pytest.approx(14.5 / 16) and poi["y > x"]["p"] == pytest.approx(1.5 / 16)
         lo, hi = poi["x > y"]["ci95"]
         assert lo <= poi["x > y"]["p"] <= hi <= 1
+
+
+def test_matmul_calls_and_their_flops_match_flop_counter_on_a_small_update():
+    """The products torch.profiler records for a forward+backward (mm, addmm, bmm, baddbmm) sum to FlopCounterMode's
+    total, and ``call_flops`` counts 2 m k n per product (times a bmm's batch)."""
+    import torch
+
+    with experiment_script("experiments/common.py", "bench_common") as common:
+        assert common.call_flops([("aten::mm", [4, 3], [3, 5]), ("aten::bmm", [2, 4, 3], [2, 3, 5])]) == 120 + 240
+        lin = torch.nn.Linear(3, 5)  # addmm forward; mm for the weight's gradient and the input's
+        w = torch.randn(2, 5, 4, requires_grad=True)  # bmm forward and backward
+        x = torch.randn(6, 3, requires_grad=True)
+
+        def step():
+            y = lin(x)  # [6,5]
+            torch.bmm(y.expand(2, 6, 5), w).sum().backward()
+
+        calls = common.matmul_calls(step)
+        assert {c[0] for c in calls} >= {"aten::addmm", "aten::bmm"}
+        assert common.call_flops(calls) == common.matmul_flops(step) > 0
