@@ -10,14 +10,15 @@ with the settings' order rotated between repeats, and reports medians of the per
 (slower copy / solo of the same repeat).
 
     python experiments/contention/contention.py                      # PPO default preset at 600k steps, PPO settings
-    python experiments/contention/contention.py --workload ppo sac offline --repeats 3
+    python experiments/contention/contention.py --workload ppo sac offline sac-halfcheetah --repeats 3
     python experiments/contention/contention.py --settings default threads2 --stagger 4   # 2nd copy 4 s after the 1st
     python experiments/contention/contention.py --settings default threads1 threads2 --solo-only --repeats 5
     python experiments/contention/contention.py --setting "mine:OMP_WAIT_POLICY=PASSIVE --threads 2" --append
 
 Settings are named in SETTINGS (default, threads1, threads2, omp_passive, spin10k, mixed); "default" is
-what `--threads 0` does today (PPO under ctrl_rl.core.perf.ThreadGovernor), "threads2" what it did before
-(torch's two threads, fixed). Results go to experiments/contention/<--out>.{json,md} (default contention); --append adds
+what `--threads 0` does today (every loop under ctrl_rl.core.perf.ThreadGovernor), "threads2" what PPO did before
+the governor (torch's two threads, fixed), "threads1" what the off-policy and offline loops did before they were
+governed (one thread, fixed). Results go to experiments/contention/<--out>.{json,md} (default contention); --append adds
 this invocation's run to those already there. Before each measurement the script waits (up to
 --quiet-wait s) until other processes use fewer than --quiet-below cores, and marks each repeat clean or not.
 
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,9 +57,12 @@ CLEAN_FOREIGN = 0.25  # a repeat is "clean" when other processes used at most th
 WORKLOADS = {
     # the embedded default (PPO, torch:Pendulum, 1024 envs), with a reduced budget
     "ppo": ("ppo --total-steps {steps}", 600_000),
-    # off-policy: SAC with small networks on one env (the loop already runs it on one thread by default)
+    # off-policy: SAC with small networks on one env
     "sac": ("sac --env torch:Pendulum --total-steps {steps} --learning-starts 500 --actor-hidden 64 64 "
             "--critic-hidden 64 64", 3000),
+    # off-policy at its defaults (256x256, batch 256, one envpool env): issue 30's SAC run, shortened; alone the
+    # governor keeps two threads here (a second core gains this update ~1.5x), so a pair shows its whole cost
+    "sac-halfcheetah": ("sac --env HalfCheetah-v5 --total-steps {steps} --learning-starts 1000", 3000),
     # offline: IQL on a small random torch:Pendulum dataset written by this script
     "offline": ("iql --env torch:Pendulum --dataset {dataset} --total-steps {steps} --eval-every 0 --eval-episodes 2 "
                 "--actor-hidden 64 64 --critic-hidden 64 64 --value-hidden 64 64 --log-every 500 "
@@ -83,10 +88,10 @@ class Setting:
 
 
 SETTINGS = {
-    "default": Setting("default", note="the default, --threads 0: PPO under ctrl_rl.core.perf.ThreadGovernor (every "
-                                       "core alone, one thread next to other busy processes), off-policy and "
-                                       "offline on one thread"),
-    "threads1": Setting("threads1", ("--threads", "1"), note="--threads 1"),
+    "default": Setting("default", note="the default, --threads 0: every loop under ctrl_rl.core.perf.ThreadGovernor "
+                                       "(every core alone, one thread next to other busy processes)"),
+    "threads1": Setting("threads1", ("--threads", "1"),
+                        note="--threads 1 (the off-policy and offline default before every loop was governed)"),
     "threads2": Setting("threads2", ("--threads", "2"),
                         note="--threads 2: torch's two OpenMP threads, fixed (PPO's default before the governor)"),
     "omp_passive": Setting("omp_passive", ("--threads", "2"), env={"OMP_WAIT_POLICY": "PASSIVE"},
@@ -97,8 +102,9 @@ SETTINGS = {
                      note="copy A default (governed), copy B --threads 2 (a neighbour that does not adapt)"),
 }
 DEFAULT_SETTINGS = {"ppo": ["default", "threads2", "threads1"],
-                    "sac": ["default", "threads2"],
-                    "offline": ["default", "threads2"]}
+                    "sac": ["default", "threads1", "threads2"],
+                    "offline": ["default", "threads1", "threads2"],
+                    "sac-halfcheetah": ["default", "threads1", "threads2"]}
 
 
 def parse_setting(spec: str) -> Setting:
@@ -141,6 +147,8 @@ def loadavg() -> dict:
 
 @dataclass
 class Proc:
+    """A launched training process and what was measured of it once it was reaped."""
+
     popen: subprocess.Popen
     out_path: Path
     t0: float
@@ -162,7 +170,12 @@ def launch(cmd: list[str], env_extra: dict, out_path: Path) -> Proc:
     return Proc(p, out_path, t0, load)
 
 
-def run_group(starts: list[tuple[float, object]], timeout: float) -> list[Proc]:
+def cmd_of(p: Proc) -> list[str]:
+    args = p.popen.args
+    return [str(x) for x in args] if isinstance(args, (list, tuple)) else [str(args)]
+
+
+def run_group(starts: list[tuple[float, Callable[[], Proc]]], timeout: float) -> list[Proc]:
     """Launch each ``(delay_s, launch_fn)`` at its delay, reap each process as it exits (wall time and CPU
     time from wait4) and kill what is still running ``timeout`` s after the first launch."""
     t0 = time.perf_counter()
@@ -172,8 +185,8 @@ def run_group(starts: list[tuple[float, object]], timeout: float) -> list[Proc]:
         now = time.perf_counter() - t0
         for i, (delay, fn) in enumerate(starts):
             if procs[i] is None and now >= delay:
-                procs[i] = fn()
-                pending[procs[i].popen.pid] = procs[i]
+                proc = procs[i] = fn()
+                pending[proc.popen.pid] = proc
         for pid, p in list(pending.items()):
             got, status, ru = os.wait4(pid, os.WNOHANG)
             if got == pid:
@@ -182,8 +195,9 @@ def run_group(starts: list[tuple[float, object]], timeout: float) -> list[Proc]:
                 p.rc = os.waitstatus_to_exitcode(status)
                 p.popen.returncode = p.rc
                 del pending[pid]
-        if not pending and all(p is not None for p in procs):
-            return procs
+        done = [p for p in procs if p is not None]
+        if not pending and len(done) == len(procs):
+            return done
         if pending and now > timeout:
             for pid, p in pending.items():
                 p.timed_out = True
@@ -215,7 +229,8 @@ def measure(cmd_for, setting: Setting, copies: int, timeout: float, tmp: Path, t
     for p in procs:
         if p.rc != 0 and not p.timed_out:
             tail = p.out_path.read_text()[-2000:]
-            raise RuntimeError(f"run failed (exit {p.rc}): {' '.join(p.popen.args)}\n{tail}")
+            raise RuntimeError(f"run failed (exit {p.rc}): {' '.join(cmd_of(p))}\n{tail}")
+        assert p.wall_s is not None and p.cpu_s is not None  # set when reaped (run_group returns after every reap)
         rows.append({"wall_s": round(p.wall_s, 2), "train_s": train_wall(p.out_path), "cpu_s": round(p.cpu_s, 2),
                      "timed_out": p.timed_out,
                      **{f"{k}_at_start": v for k, v in p.load_at_start.items()}})
@@ -245,9 +260,9 @@ with h5py.File({str(path)!r}, "w") as f:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def median(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return round(statistics.median(xs), 3) if xs else None
+def median(xs: Sequence[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return round(statistics.median(known), 3) if known else None
 
 
 def summarize(all_reps: list[dict]) -> dict:
@@ -347,7 +362,7 @@ def markdown_run(payload: dict) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--workload", nargs="+", default=["ppo"], choices=sorted(WORKLOADS))
     ap.add_argument("--settings", nargs="+", default=None, help=f"names from {sorted(SETTINGS)} (default per workload)")
     ap.add_argument("--setting", action="append", default=[], help='custom "name:KEY=VAL --flag value" (repeatable)')
