@@ -331,11 +331,11 @@ def cmd_train(args: list[str]) -> int:
         from ctrl_rl.learn.seeds import check_seeds, seed_runs
 
         check_seeds(seeds, entry, cfg)
-        if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-            raise UserInputError(f"run directory {str(run_dir)!r} exists and is not empty: expected a new or empty "
-                                 f"directory for a seeds-run, or --resume {run_dir} to continue one")
-        check_new_run_dir(run_dir)
-        return _run_seeds(algo, seed_runs(run, run_dir, seeds), cfg, run_dir, resume=False)
+        restart = _unstarted_seeds_run(algo, run_dir, seeds)
+        if not restart:
+            check_new_run_dir(run_dir)  # a file, unwritable: refused
+        runs = seed_runs(run, run_dir, seeds)
+        return _run_seeds(algo, runs, cfg, run_dir, resume=False, restart=restart)
 
     restartable = check_new_run_dir(run_dir)  # a file, unwritable, unrelated files, a run with a checkpoint: refused
     return _run_training(algo, run, cfg, run_dir, resume=False, restartable=restartable)
@@ -460,12 +460,35 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool, restartable:
     return 0
 
 
-def _run_seeds(algo: str, runs: list, cfg, parent: Path, resume: bool) -> int:
+def _unstarted_seeds_run(algo: str, parent: Path, seeds: list[int]) -> bool:
+    """Whether ``parent`` (which ``check_new_run_dir`` accepted) holds the same seeds-run stopped before any seed's
+    first checkpoint, to be restarted; False for a new or empty directory; else one sentence."""
+    from ctrl_rl.learn.rundir import check_new_run_dir
+    from ctrl_rl.learn.seeds import RECORD, read_record, seed_dir
+
+    if not parent.is_dir() or not any(parent.iterdir()):
+        return False  # new, empty, or a file (check_new_run_dir says so)
+    record = read_record(parent)
+    names = {seed_dir(Path("."), s).name for s in seeds} | {RECORD}
+    if record is None or record != {"algo": algo, "seeds": list(seeds)} or \
+            any(p.name not in names for p in parent.iterdir()):
+        raise UserInputError(f"run directory {str(parent)!r} exists and is not empty: expected a new or empty "
+                             "directory for a seeds-run (or the same seeds-run stopped before its first checkpoint)")
+    for s in seeds:
+        d = seed_dir(parent, s)
+        if (d / "checkpoints" / "latest.pt").is_file():
+            raise UserInputError(f"run directory {str(parent)!r} already holds a seeds-run with checkpoints: expected "
+                                 f"a new directory, or --resume {parent} to continue it")
+        check_new_run_dir(d)  # files ctrl_rl did not write, a seed in use: refused
+    return True
+
+
+def _run_seeds(algo: str, runs: list, cfg, parent: Path, resume: bool, restart: bool = False) -> int:
     """``_run_training`` for a seeds-run: every seed's directory locked, ``seeds.json`` written, the seeds trained in
     this process (``learn.train.train_seeds``); refused input leaves nothing behind."""
     from ctrl_rl.learn import distributed as D
     from ctrl_rl.learn.checkpoint import remove_stale_tmp
-    from ctrl_rl.learn.rundir import RunDirLock
+    from ctrl_rl.learn.rundir import RunDirLock, clear_unstarted_run
     from ctrl_rl.learn.seeds import write_record
     from ctrl_rl.learn.train import train_seeds
 
@@ -480,8 +503,13 @@ def _run_seeds(algo: str, runs: list, cfg, parent: Path, resume: bool) -> int:
             lock = RunDirLock(d)
             lock.acquire()
             locks.append(lock)
+            if restart:
+                clear_unstarted_run(d)
             remove_stale_tmp(d, all_pids=True)
             remove_stale_tmp(d / "checkpoints", all_pids=True)
+        if restart:
+            print(f"ctrl-rl: {str(parent)!r} held a seeds-run stopped before its first checkpoint; restarting it",
+                  file=sys.stderr)
         if not resume:
             write_record(parent, algo, [r.seed for r in runs])
         try:

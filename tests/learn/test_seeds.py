@@ -136,3 +136,36 @@ def test_seeds_with_resume_and_a_wrong_dataset_are_refused(dataset, tmp_path, ca
     assert main(["train", "iql", "--dataset", dataset, *[f if f != "torch:Pendulum" else "Hopper-v5" for f in FLAGS],
                  "--seeds", "0", "1", "--run-dir", str(bad)]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_every_seed_layout_names_what_its_algorithm_has():
+    """A registered seed layout names modules, optimizers/schedulers and tensor lists an instance really holds."""
+    from ctrl_rl.envs.registry import spec_of
+    from ctrl_rl.envs.wrappers import rescaled_spec
+
+    spec = rescaled_spec(spec_of("torch:Pendulum"))
+    entries = [e for e in registry.entries() if e.seed_layout is not None]
+    assert entries
+    for e in entries:
+        layout = e.seed_layout
+        algo = e.make(e.default_config(), spec, "cpu", torch.Generator())
+        assert all(isinstance(getattr(algo, n), torch.nn.Module) for n in layout.modules), e.name
+        assert all(callable(getattr(getattr(algo, n), "step", None)) for n in layout.each), e.name
+        assert all(isinstance(getattr(algo, n), list) for n in layout.lists), e.name
+
+
+def test_a_seeds_run_stopped_before_its_first_checkpoint_restarts(dataset, tmp_path, capsys):
+    parent = tmp_path / "s"
+    args = ["train", "iql", "--dataset", dataset, *FLAGS, "--seeds", "0", "1", "--run-dir", str(parent)]
+    assert main(args) == 0
+    for s in (0, 1):  # as if killed before the first checkpoint
+        (parent / f"seed_{s}" / "checkpoints" / "latest.pt").unlink()
+    assert main(args) == 0
+    assert "restarting it" in capsys.readouterr().err
+    assert main(args) == 2  # now it has checkpoints: resume it instead
+    assert f"--resume {parent}" in capsys.readouterr().err
+    (parent / "notes.txt").write_text("mine")
+    for s in (0, 1):
+        (parent / f"seed_{s}" / "checkpoints" / "latest.pt").unlink()
+    assert main(args) == 2 and "exists and is not empty" in capsys.readouterr().err
+    assert (parent / "notes.txt").read_text() == "mine"
