@@ -148,6 +148,7 @@ def test_every_seed_layout_names_what_its_algorithm_has():
     assert entries
     for e in entries:
         layout = e.seed_layout
+        assert layout is not None
         algo = e.make(e.default_config(), spec, "cpu", torch.Generator())
         assert all(isinstance(getattr(algo, n), torch.nn.Module) for n in layout.modules), e.name
         assert all(callable(getattr(getattr(algo, n), "step", None)) for n in layout.each), e.name
