@@ -80,10 +80,12 @@ def default_threads(device_type: str) -> int:
     104 against 69 updates/s (experiments/sac_updates). Tiny networks gain nothing: SAC and IQL at 64x64 on
     torch:Pendulum measured 7.6 s on one thread against 8-9.7 s on two (SAC) and 7.2 against 7.1 s (IQL)
     (experiments/contention, fixed counts) -- earlier the reason off-policy and offline loops were pinned to one
-    thread, which cost the common 256-wide case ~1.4x. What one thread buys under contention (a second thread of
-    a batch-256 update stalls at every op's barrier behind another process: 4.5 instead of 94 SAC updates/s) the
-    governor gives by dropping to one thread. experiments/sac_default_speed and experiments/contention measure
-    the governed default against one thread and against SB3.
+    thread, which cost the common 256-wide case ~1.4x; such runs may now be up to ~1.25x slower alone (the
+    governor sees load, not width; experiments/contention's solo ``default`` against ``threads1`` measures it).
+    What one thread buys under contention (a second thread of a batch-256 update stalls at every op's barrier
+    behind another process: 4.5 instead of 94 SAC updates/s) the governor gives by dropping to one thread.
+    experiments/sac_default_speed and experiments/contention measure the governed default against one thread
+    and against SB3.
     """
     if device_type != "cpu":
         return 0
