@@ -44,7 +44,7 @@ OBS, ACT, BATCH, ROWS = 17, 6, 256, 100_000  # HalfCheetah-v5 sizes, RAVL's batc
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--updates", type=int, default=40, help="updates per timed block")
     ap.add_argument("--turns", type=int, default=5, help="timed blocks (median)")
