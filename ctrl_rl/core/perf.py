@@ -80,8 +80,9 @@ def default_threads(device_type: str) -> int:
     104 against 69 updates/s (experiments/sac_updates). Tiny networks gain nothing: SAC and IQL at 64x64 on
     torch:Pendulum measured 7.6 s on one thread against 8-9.7 s on two (SAC) and 7.2 against 7.1 s (IQL)
     (experiments/contention, fixed counts) -- earlier the reason off-policy and offline loops were pinned to one
-    thread, which cost the common 256-wide case ~1.4x; such runs may now be up to ~1.25x slower alone (the
-    governor sees load, not width; experiments/contention's solo ``default`` against ``threads1`` measures it).
+    thread, which cost the common 256-wide case ~1.4x. Governed, such runs cost 1-5% alone against one thread
+    (2026-11-26: SAC 64x64 12.48 against 12.31 s, IQL 12.85 against 12.20 s; SAC at its defaults on HalfCheetah-v5
+    20.4 against 26.5 s; two default runs side by side 0.98-1.35x their solo time; experiments/contention).
     What one thread buys under contention (a second thread of a batch-256 update stalls at every op's barrier
     behind another process: 4.5 instead of 94 SAC updates/s) the governor gives by dropping to one thread.
     experiments/sac_default_speed and experiments/contention measure the governed default against one thread
