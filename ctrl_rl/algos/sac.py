@@ -206,6 +206,16 @@ class Actor(SACActor):
         mean, log_std = self(obs)  # [B,A] each
         return tanh_normal_sample(mean, log_std, generator)
 
+    def sample_pair(self, obs_next: torch.Tensor, obs: torch.Tensor, generator: torch.Generator | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample(cat([obs_next, obs]))`` (the same noise draw) with gradient through the ``obs`` rows only: the
+        network runs on ``obs_next [B,F]`` under no_grad, so the backward's products cover B rows, not 2B (the rows
+        are independent: no BatchRenorm here). Returns ``(a [2B,A], log pi [2B])``, the ``obs_next`` rows first."""
+        with torch.no_grad():
+            out_next = self.net(obs_next)  # [B,2A]
+        mean, log_std = torch.cat([out_next, self.net(obs)]).chunk(2, -1)  # [2B,A] each
+        return tanh_normal_sample(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), generator)
+
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self(obs)[0])
 
@@ -294,6 +304,8 @@ class SAC:
                           if c.learn_alpha else None)
         self.actor_renorm = _has_batch_renorm(self.actor)
         self._all_members = torch.arange(c.num_critics, device=self.device)  # [N]
+        # EDAC's action-gradients without autograd's double backward where the critics allow it (ReLU, no norms)
+        self._edac_direct = c.activation == "relu" and not c.layer_norm and not c.crossq
         if c.compile:
             self.update_critic = torch.compile(self.update_critic)
             self.update_actor = torch.compile(self.update_actor)
@@ -383,7 +395,10 @@ class SAC:
             assert self.critic_target is not None  # a target network unless CrossQ
             with torch.no_grad():
                 q_next = self.q(self.critic_target, f_next, next_a)  # [E,B]
-            if c.edac_eta > 0:
+            if c.edac_eta > 0 and self._edac_direct:
+                # EDAC's action-gradients written out beside the forward (EnsembleMLP.forward_input_grad)
+                q, grad_a = self.critic.forward_input_grad(torch.cat([f, batch.action], -1), f.shape[-1])  # [E,B]
+            elif c.edac_eta > 0:
                 # EDAC differentiates every member's Q by its own copy of the batch actions
                 E = c.num_critics
                 a_e = batch.action.unsqueeze(0).expand(E, *batch.action.shape).clone().requires_grad_(True)  # [E,B,A]
@@ -398,8 +413,10 @@ class SAC:
         info = {"stats/q_max": qd.max(),
                 "stats/q_member_std": qd.std(0).mean() if qd.shape[0] > 1 else qd.new_zeros(())}
         if c.edac_eta > 0:
-            # member i's Q depends on a_e[i] only, so one gradient of the sum gives every member's [E,B,A]
-            div = edac_diversity(torch.autograd.grad(q.sum(), a_e, create_graph=True)[0])
+            if not self._edac_direct:
+                # member i's Q depends on a_e[i] only, so one gradient of the sum gives every member's [E,B,A]
+                grad_a = torch.autograd.grad(q.sum(), a_e, create_graph=True)[0]  # [E,B,A]
+            div = edac_diversity(grad_a)
             loss = loss + c.edac_eta * div
             info["loss/edac_div"] = div.detach()
         self.critic_opt.zero_grad(set_to_none=True)
@@ -463,10 +480,12 @@ class SAC:
         f, f_next = self.features(batch)  # [B,F] each
         f_actor = f.detach()  # [B,F]
         if (self.critic_updates + 1) % self.config.policy_delay == 0 and not self.actor_renorm:
-            # both actor samples in one forward pass: the actor does not change between the critic step and
-            # its own step, so a' ~ pi(s') (for the target, detached) and a ~ pi(s) come from one call
+            # both actor samples from one noise draw: the actor does not change between the critic step and its
+            # own step, so a' ~ pi(s') (for the target, detached) and a ~ pi(s) come from one call; SAC's own actor
+            # runs the s' rows without gradient (half the backward's products of a joint forward)
             B = f.shape[0]
-            a, logp = self.actor.sample(torch.cat([f_next, f_actor]), self.gen)  # [2B,A], [2B]
+            a, logp = (self.actor.sample_pair(f_next, f_actor, self.gen) if isinstance(self.actor, Actor) else
+                       self.actor.sample(torch.cat([f_next, f_actor]), self.gen))  # [2B,A], [2B]
             info = self.update_critic(batch, (a[:B].detach(), logp[:B].detach()), (f, f_next))
             info.update(self.update_actor(batch, (a[B:], logp[B:]), f_actor))
         else:

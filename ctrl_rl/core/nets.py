@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -142,6 +142,31 @@ class EnsembleMLP(nn.Module):
                     x = nn.functional.layer_norm(x, x.shape[-1:]) * self.norm_scale[i] + self.norm_shift[i]
                 x = self.act(x)
         return x
+
+    def forward_input_grad(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(y [E,B], dy/dx[..., start:] [E,B,k])`` of a width-1 ReLU ensemble without norms, for a shared input
+        ``x [B,in]``: each member's value and its gradient by its own input columns ``start:`` (EDAC's
+        action-gradients), the gradient as a function of the weights that a loss can train.
+
+        It is the backward pass written out, ``W_1[start:]^T D_1 W_2^T ... D_L w_out`` per member, with the ReLU
+        masks ``D_l`` as constants. ``torch.autograd.grad(..., create_graph=True)`` gives the same values and the
+        same weight gradients of a loss on them (a mask's derivative is 0 almost everywhere), but records each ReLU's
+        backward as an op of the activations too, whose gradient (zeros) it materialises and adds to the forward's
+        on every update (3 tensors of [E,B,H] for RAVL's critics)."""
+        if self.renorms is not None or self.norm_scale is not None or not isinstance(self.act, nn.ReLU):
+            raise ValueError("forward_input_grad needs a ReLU ensemble without LayerNorm or BatchRenorm")
+        layers = [cast(EnsembleLinear, m) for m in self.layers]  # ModuleList items are typed Module
+        if layers[-1].weight.shape[-1] != 1:
+            raise ValueError("forward_input_grad needs a width-1 output")
+        masks: list[torch.Tensor] = []
+        for layer in layers[:-1]:
+            x = torch.relu(layer(x))  # [E,B,H]
+            masks.append(x > 0)  # [E,B,H] bool: no gradient flows through it
+        y = layers[-1](x).squeeze(-1)  # [E,B]
+        g = layers[-1].weight.transpose(1, 2) * masks[-1]  # [E,B,H]: dy/dz of the last hidden layer
+        for layer, mask in zip(layers[-2:0:-1], masks[-2::-1]):
+            g = torch.bmm(g, layer.weight.transpose(1, 2)) * mask  # [E,B,H]
+        return y, torch.bmm(g, layers[0].weight[:, start:].transpose(1, 2))  # [E,B], [E,B,k]
 
 
 class BatchRenorm(nn.Module):

@@ -31,6 +31,15 @@ those rates; torch.profiler's top ops of ``--profile-updates`` updates go to ``p
         --updates 5 --turns 1 --profile-updates 3 --name smoke                    # a check of the script
 
 Writes ``<--name>.{json,md}`` (default sac_default_speed) and the profiles beside this script.
+
+**Same-run A/B of the update alone** (``--ab-before REV``): ms per ``update(batch)`` of the code at ``REV`` (a
+detached worktree, ``common.worktree``) against this checkout (and any ``--tree NAME=PATH`` between), for each of
+``--ab-algos`` (``sac``: the CLI's default SAC; ``ravl``: RAVL's 10 EDAC critics of 3x256) at each of
+``--update-threads``; one worker process per tree, algorithm and repeat, trees alternated (reversed on odd repeats),
+each worker's figure the median of its ``--turns`` blocks; the report gives medians over ``--repeats`` workers and
+the load average around each worker::
+
+    python experiments/sac_default_speed/sac_default_speed.py --ab-before 789e046 --update-threads 1 --name ab_t1
 """
 
 from __future__ import annotations
@@ -83,8 +92,8 @@ def update_worker(a: argparse.Namespace) -> None:
 
     torch.set_num_threads(a.threads)
     tune_allocator()  # as the training loop does
-    entry = registry.get("sac")
-    cfg = entry.default_config()  # what `ctrl-rl train sac` builds without flags
+    entry = registry.get(a.algo)
+    cfg = entry.default_config()  # what `ctrl-rl train sac` (or `ravl`) builds without flags
     spec = EnvSpec("synthetic:halfcheetah", (OBS,), False, ACT, (-1.0,) * ACT, (1.0,) * ACT)
     torch.manual_seed(a.seed)
     algo = entry.make(cfg, spec, torch.device("cpu"), torch.Generator().manual_seed(a.seed))
@@ -93,16 +102,14 @@ def update_worker(a: argparse.Namespace) -> None:
     batches = [sample() for _ in range(a.updates)]  # the same batches in every block
     for _ in range(a.warmup_updates):  # allocator, first-call costs, optimizer state
         algo.update(sample())
+    if a.time_only:  # the A/B: time only, nothing else in the process
+        print(json.dumps({"threads": a.threads, "algo": a.algo, "s_per_update_blocks": time_blocks(algo, batches, a),
+                          "ctrl_rl": sys.modules["ctrl_rl"].__file__}))
+        return
     flops = matmul_flops(lambda: algo.update(batches[0]))
     calls = matmul_calls(lambda: algo.update(batches[0]))
     assert call_flops(calls) == flops, f"profiled products {call_flops(calls)} FLOPs, FlopCounterMode {flops}"
-    blocks = []
-    for _ in range(a.turns):
-        t0 = time.perf_counter()
-        for b in batches:
-            info = algo.update(b)
-        float(next(iter(info.values())))  # one host sync at the end of the block
-        blocks.append((time.perf_counter() - t0) / a.updates)
+    blocks = time_blocks(algo, batches, a)
     same_shapes = matmul_replay_gflops(calls)
     large = large_matmul_gflops()
     profile = profile_table(lambda: algo.update(sample()), a.profile_updates)
@@ -117,6 +124,18 @@ def update_worker(a: argparse.Namespace) -> None:
                       "large_mm_gflops": large, "efficiency_vs_same_shapes": flops / s / 1e9 / same_shapes,
                       "efficiency_vs_large_mm": flops / s / 1e9 / large,
                       "hidden": {"actor": list(cfg.actor_hidden), "critic": list(cfg.critic_hidden)}}))
+
+
+def time_blocks(algo, batches: list, a: argparse.Namespace) -> list[float]:
+    """Seconds per update of each of ``a.turns`` blocks over ``batches``."""
+    blocks = []
+    for _ in range(a.turns):
+        t0 = time.perf_counter()
+        for b in batches:
+            info = algo.update(b)
+        float(next(iter(info.values())))  # one host sync at the end of the block
+        blocks.append((time.perf_counter() - t0) / len(batches))
+    return blocks
 
 
 # ----- driver -----
@@ -164,6 +183,77 @@ def update_run(threads: int, a: argparse.Namespace, seed: int) -> dict:
            "--profile-suffix", a.profile_suffix]
     _, r = launch(cmd)
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ab_main(a: argparse.Namespace) -> None:
+    """The same-run A/B of the update alone: ``--ab-before REV`` (worktree), ``--tree``s, this checkout."""
+    from common import worktree
+
+    before = worktree(a.ab_before)
+    trees = {"before": Path(before["path"]), **{n: Path(p).resolve() for n, p in (t.split("=", 1) for t in a.tree)},
+             "after": ROOT}
+    heads = {n: git_head(p) for n, p in trees.items()}
+    threads = a.update_threads or [1]
+    t_start, load_before = time.perf_counter(), os.getloadavg()
+    runs: dict[str, list[float]] = {}
+    loads: list[float] = []
+    for rep in range(a.repeats):
+        for th in threads:
+            for algo in a.ab_algos:
+                for name in (list(trees) if rep % 2 == 0 else list(reversed(trees))):
+                    cmd = [sys.executable, str(Path(__file__).resolve()), "--update-worker", "--time-only",
+                           "--algo", algo, "--threads", str(th), "--seed", str(a.seed + rep),
+                           "--updates", str(a.updates if algo == "sac" else a.ravl_updates), "--turns", str(a.turns),
+                           "--warmup-updates", str(a.warmup_updates)]
+                    loads.append(os.getloadavg()[0])
+                    r = subprocess.run(cmd, cwd=trees[name], env={**os.environ, "PYTHONPATH": str(trees[name])},
+                                       capture_output=True, text=True)
+                    if r.returncode != 0:
+                        raise RuntimeError(f"worker in {trees[name]} failed:\n{r.stderr[-3000:]}")
+                    res = json.loads(r.stdout.strip().splitlines()[-1])
+                    assert Path(res["ctrl_rl"]).resolve().is_relative_to(trees[name].resolve()), res["ctrl_rl"]
+                    s = statistics.median(res["s_per_update_blocks"])
+                    runs.setdefault(f"{algo}@{th}/{name}", []).append(s)
+                    print(f"repeat {rep} {algo} t{th} {name:8s} {s * 1e3:7.2f} ms/update  load {loads[-1]:.2f}",
+                          flush=True)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    p = {"what": "ms per SAC.update of two trees, same run (experiments/sac_default_speed --ab-before)",
+         "command": "python experiments/sac_default_speed/sac_default_speed.py " + " ".join(sys.argv[1:]),
+         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+         "trees": {n: {"path": str(t), "head": heads[n]} for n, t in trees.items()},
+         "setting": {"algos": a.ab_algos, "threads": threads, "repeats": a.repeats, "turns": a.turns,
+                     "updates": {"sac": a.updates, "ravl": a.ravl_updates}, "warmup_updates": a.warmup_updates,
+                     "obs": OBS, "action": ACT, "batch": BATCH},
+         "machine": {"cpus": os.cpu_count()}, "load_before": [round(x, 2) for x in load_before],
+         "load_at_workers": [round(x, 2) for x in loads], "load_after": [round(x, 2) for x in os.getloadavg()],
+         "runs_s": runs, "median_s": med,
+         "after_over_before": {f"{algo}@{th}": med[f"{algo}@{th}/after"] / med[f"{algo}@{th}/before"]
+                               for algo in a.ab_algos for th in threads},
+         "wall_s": time.perf_counter() - t_start}
+    lines = [f"# SAC.update, same-run A/B ({p['date']})", ""]
+    lines += [f"- {n}: `{t['path']}` at {t['head']}" for n, t in p["trees"].items()]
+    lines += ["", f"{a.repeats} workers per tree and algorithm (trees alternated), each the median of {a.turns} "
+              f"blocks; obs {OBS}, action {ACT}, batch {BATCH}, CLI defaults of each algorithm; {os.cpu_count()} "
+              f"CPUs, load average (1 min) at the workers {min(loads):.2f}-{max(loads):.2f}; script wall time "
+              f"{p['wall_s'] / 60:.1f} min.", "",
+              "| algorithm | threads | tree | ms / update (median) | per worker |", "|---|---|---|---|---|"]
+    for algo in a.ab_algos:
+        for th in threads:
+            for n in trees:
+                v = runs[f"{algo}@{th}/{n}"]
+                lines.append(f"| {algo} | {th} | {n} | {statistics.median(v) * 1e3:.2f} | "
+                             + ", ".join(f"{x * 1e3:.2f}" for x in v) + " |")
+            lines.append(f"| {algo} | {th} | after / before | **{p['after_over_before'][f'{algo}@{th}']:.3f}** | |")
+    lines += ["", f"`{p['command']}`", ""]
+    write_result(a.name, p, "\n".join(lines), folder=RESULTS)
+    print("\n".join(lines))
+
+
+def git_head(tree: Path) -> str:
+    r = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=tree, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "ctrl_rl"], cwd=tree,
+                           capture_output=True, text=True).stdout.strip()
+    return r.stdout.strip()[:90] + (" (+ uncommitted changes in ctrl_rl/)" if dirty else "")
 
 
 def markdown(p: dict) -> str:
@@ -221,11 +311,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--update-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--algo", default="sac", choices=("sac", "ravl"), help=argparse.SUPPRESS)
+    ap.add_argument("--time-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--ab-before", metavar="REV", help="same-run A/B of the update alone: the code at REV against "
+                    "this checkout (no whole-process runs)")
+    ap.add_argument("--tree", nargs="+", default=[], metavar="NAME=PATH", help="more trees for --ab-before")
+    ap.add_argument("--ab-algos", nargs="+", default=["sac", "ravl"], choices=("sac", "ravl"))
+    ap.add_argument("--ravl-updates", type=int, default=10, help="RAVL updates per timed block (--ab-before)")
     a = ap.parse_args()
     if a.sb3_worker:
         return sb3_worker(a)
     if a.update_worker:
         return update_worker(a)
+    if a.ab_before:
+        return ab_main(a)
     from ctrl_rl.core.perf import usable_cores
 
     update_threads = a.update_threads if a.update_threads is not None else sorted({1, usable_cores()})

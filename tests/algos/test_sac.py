@@ -136,7 +136,9 @@ def _old_edac_init_(critic, actor):
 
 def test_ravl_settings_give_the_old_subclass_update_bit_for_bit():
     """RAVL = SAC with critic_reduction="sum", edac_eta and edac_init: the initialisation, critic loss, diversity term
-    and critic step equal those of the RAVL subclass they replaced, written out here on a copy of the agent."""
+    and critic step equal those of the RAVL subclass they replaced, written out here on a copy of the agent (bit for
+    bit until the action-gradients were written out beside the forward, ``EnsembleMLP.forward_input_grad``: since then
+    within 1e-5 relative, float rounding)."""
     from ctrl_rl.algos import registry
 
     small = dict(actor_hidden=(16, 16), critic_hidden=(16, 16), num_critics=4, target_subset=4, edac_eta=0.7)
@@ -173,9 +175,11 @@ def test_ravl_settings_give_the_old_subclass_update_bit_for_bit():
         loss.backward()
         old.critic_opt.step()
         polyak_(old._tgt, old._src, cfg.tau)
-        assert torch.equal(info["loss/critic"], loss.detach()) and torch.equal(info["loss/edac_div"], div.detach()), k
+        torch.testing.assert_close(info["loss/critic"], loss.detach(), rtol=1e-5, atol=0.0)
+        torch.testing.assert_close(info["loss/edac_div"], div.detach(), rtol=1e-5, atol=1e-7)
         for mine, ref in ((new.critic, old.critic), (new.critic_target, old.critic_target)):
-            assert all(torch.equal(x, y) for x, y in zip(mine.parameters(), ref.parameters()))
+            for x, y in zip(mine.parameters(), ref.parameters()):
+                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5 * float(y.abs().max()))
 
 
 def test_edac_settings_are_checked():
