@@ -63,6 +63,7 @@ from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_s
 from ctrl_rl.core.losses import edac_diversity, td_target
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleLinear, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
+from ctrl_rl.core.optim import adam_step
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.types import Transition
@@ -421,7 +422,7 @@ class SAC:
             info["loss/edac_div"] = div.detach()
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
-        self.critic_opt.step()
+        adam_step(self.critic_opt)  # = critic_opt.step(), without its Python (core.optim)
         if self.critic_target is not None:
             polyak_(self._tgt, self._src, c.tau)
         self.critic_updates += 1
@@ -461,7 +462,7 @@ class SAC:
         grads = torch.autograd.grad(loss, self.actor_params, allow_unused=True)
         for p, g in zip(self.actor_params, grads):
             p.grad = g
-        self.actor_opt.step()
+        adam_step(self.actor_opt)
 
     def alpha_step(self, logp: torch.Tensor) -> dict[str, torch.Tensor]:
         """One temperature step towards the target entropy, ``L = -log_alpha * (log pi + H_target)``."""
@@ -470,7 +471,7 @@ class SAC:
         alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
-        self.alpha_opt.step()
+        adam_step(self.alpha_opt)
         return {"loss/alpha": alpha_loss.detach()}
 
     def update(self, batch: Transition) -> dict[str, torch.Tensor]:

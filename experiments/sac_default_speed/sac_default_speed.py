@@ -33,7 +33,8 @@ those rates; torch.profiler's top ops of ``--profile-updates`` updates go to ``p
 Writes ``<--name>.{json,md}`` (default sac_default_speed) and the profiles beside this script.
 
 **Same-run A/B of the update alone** (``--ab-before REV``): ms per ``update(batch)`` of the code at ``REV`` (a
-detached worktree, ``common.worktree``) against this checkout (and any ``--tree NAME=PATH`` between), for each of
+detached worktree, ``common.worktree``) against this checkout or ``--ab-after REV`` (and any ``--tree NAME=PATH``
+between), for each of
 ``--ab-algos`` (``sac``: the CLI's default SAC; ``ravl``: RAVL's 10 EDAC critics of 3x256) at each of
 ``--update-threads``; one worker process per tree, algorithm and repeat, trees alternated (reversed on odd repeats),
 each worker's figure the median of its ``--turns`` blocks; the report gives medians over ``--repeats`` workers and
@@ -190,8 +191,9 @@ def ab_main(a: argparse.Namespace) -> None:
     from common import worktree
 
     before = worktree(a.ab_before)
+    after = Path(worktree(a.ab_after)["path"]) if a.ab_after else ROOT
     trees = {"before": Path(before["path"]), **{n: Path(p).resolve() for n, p in (t.split("=", 1) for t in a.tree)},
-             "after": ROOT}
+             "after": after}
     heads = {n: git_head(p) for n, p in trees.items()}
     threads = a.update_threads or [1]
     t_start, load_before = time.perf_counter(), os.getloadavg()
@@ -315,6 +317,7 @@ def main() -> None:
     ap.add_argument("--time-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ab-before", metavar="REV", help="same-run A/B of the update alone: the code at REV against "
                     "this checkout (no whole-process runs)")
+    ap.add_argument("--ab-after", metavar="REV", help="a worktree of REV as the after side (default: this checkout)")
     ap.add_argument("--tree", nargs="+", default=[], metavar="NAME=PATH", help="more trees for --ab-before")
     ap.add_argument("--ab-algos", nargs="+", default=["sac", "ravl"], choices=("sac", "ravl"))
     ap.add_argument("--ravl-updates", type=int, default=10, help="RAVL updates per timed block (--ab-before)")
