@@ -9,45 +9,52 @@ a step is bit-identical to ``opt.step()``; the optimizer object stays what saves
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 
 
-def adam_step(opt: torch.optim.Adam) -> None:
+def adam_step(opt: torch.optim.Optimizer) -> None:
     """``opt.step()`` for a fused Adam: ``torch._fused_adam_`` on every parameter with a gradient, per group (the
     step counts incremented first, as ``Adam.step`` does). Falls back to ``opt.step()`` where this path does not
-    reproduce it: a parameter's first step (the state is created there), amsgrad, a non-fused or differentiable
-    optimizer, tensor hyperparameters, gradient scaling, or parameters of several devices or dtypes in a group."""
-    calls = _fused_calls(opt)
+    reproduce it: anything but a ``torch.optim.Adam`` (another optimizer, ``core.seeds.Each``'s S members), a
+    parameter's first step (the state is created there), amsgrad, a non-fused or differentiable optimizer, tensor
+    hyperparameters, gradient scaling, or parameters of several devices or dtypes in a group."""
+    calls = _fused_calls(opt) if type(opt) is torch.optim.Adam else None
     if calls is None:
-        opt.step()
+        opt.step()  # pyright: ignore[reportUnknownMemberType]  (torch stub gap: Optimizer.step's return)
         return
     with torch.no_grad():
-        for group, params, states in calls:
-            steps = [s["step"] for s in states]
-            torch._foreach_add_(steps, 1)  # pyright: ignore[reportPrivateImportUsage]
-            beta1, beta2 = group["betas"]
-            torch._fused_adam_(  # pyright: ignore[reportPrivateImportUsage]
-                params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                [], steps, amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2,
-                weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"])
+        for args, hyper in calls:
+            torch._foreach_add_(args[5], 1)  # pyright: ignore[reportPrivateUsage, reportPrivateImportUsage]
+            torch._fused_adam_(*args, amsgrad=False, **hyper)  # pyright: ignore[reportPrivateUsage, reportPrivateImportUsage]
 
 
-def _fused_calls(opt: torch.optim.Adam) -> list[tuple[dict, list[torch.Tensor], list[dict]]] | None:
-    """Per group with gradients: (group, parameters with a gradient, their states); None where ``adam_step`` must
-    fall back to ``opt.step()``."""
+_Lists = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor],
+               list[torch.Tensor]]
+
+
+def _fused_calls(opt: torch.optim.Optimizer) -> list[tuple[_Lists, dict[str, Any]]] | None:
+    """Per group with gradients: ``_fused_adam_``'s lists (params, grads, exp_avgs, exp_avg_sqs, [], steps) and its
+    hyperparameters; None where ``adam_step`` must fall back to ``opt.step()``."""
     if getattr(opt, "grad_scale", None) is not None or getattr(opt, "found_inf", None) is not None:
         return None
-    calls = []
+    calls: list[tuple[_Lists, dict[str, Any]]] = []
     for group in opt.param_groups:
-        hyper = (group["lr"], *group["betas"])
+        lr, (beta1, beta2) = group["lr"], group["betas"]
         if (not group["fused"] or group["amsgrad"] or group["differentiable"] or group["decoupled_weight_decay"]
-                or any(isinstance(h, torch.Tensor) for h in hyper)):
+                or any(isinstance(h, torch.Tensor) for h in (lr, beta1, beta2))):
             return None
-        params = [p for p in group["params"] if p.grad is not None]
+        params: list[torch.Tensor] = [p for p in group["params"] if p.grad is not None]
         if not params:
             continue
-        states = [opt.state[p] for p in params]
-        if any(not s for s in states) or len({(p.device, p.dtype) for p in params}) > 1:
+        states: list[dict[str, torch.Tensor]] = [opt.state[p] for p in params]
+        if any(not st for st in states) or len({(p.device, p.dtype) for p in params}) > 1:
             return None
-        calls.append((group, params, states))
+        grads = [cast(torch.Tensor, p.grad) for p in params]
+        no_max: list[torch.Tensor] = []  # amsgrad's max_exp_avg_sqs: none
+        lists: _Lists = (params, grads, [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states], no_max,
+                         [st["step"] for st in states])
+        calls.append((lists, {"lr": lr, "beta1": beta1, "beta2": beta2, "weight_decay": group["weight_decay"],
+                              "eps": group["eps"], "maximize": group["maximize"]}))
     return calls

@@ -57,3 +57,17 @@ def test_adam_step_after_load_state_dict() -> None:
         opt_a.step()
         adam_step(opt_b)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_adam_step_falls_back_to_step_for_other_optimizers() -> None:
+    calls = []
+
+    class Counting(torch.optim.SGD):
+        def step(self, closure=None):  # type: ignore[override]
+            calls.append(1)
+            return super().step(closure)
+
+    x = torch.ones(3, requires_grad=True)
+    x.grad = torch.ones(3)
+    adam_step(Counting([x], lr=0.5))
+    assert calls == [1] and torch.equal(x.detach(), torch.full((3,), 0.5))
