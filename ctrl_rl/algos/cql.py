@@ -42,7 +42,11 @@ orthogonal sqrt 2); ``final_hidden_scale`` multiplies the initial weights (and t
 hidden layer, the code's ``kernel_scale_final`` (near no-op under LayerNorm); (6) cql_clip_diff (+-inf in every
 WSRL config) and cql_temp (1.0) are not settings.
 
-Shape letters: E critics, M subset, B batch, K samples per kind, O obs dim, A action dim.
+``--seeds`` (``core.seeds``): the update counts dimensions from the end, so the same code trains S seeds at once;
+every batch tensor may carry a leading ``[S]`` (written ``[*S,...]``), each seed draws its subset and samples from
+its own generator, and every info value then holds one figure per seed.
+
+Shape letters: S seeds, E critics, M subset, B batch, K samples per kind, O obs dim, A action dim.
 """
 
 from __future__ import annotations
@@ -56,13 +60,13 @@ import torch
 from torch import nn
 
 from ctrl_rl.algos.registry import AlgoEntry, register
-from ctrl_rl.algos.sac import SAC, SACConfig
+from ctrl_rl.algos.sac import SAC, SEED_LAYOUT, SACConfig
 from ctrl_rl.algos.wsrl import WSRL_SAC
 from ctrl_rl.core.distributions import tanh_normal_sample
-from ctrl_rl.core.losses import td_target
 from ctrl_rl.core.nets import EnsembleLinear, EnsembleMLP
 from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.returns import polyak_
+from ctrl_rl.core.seeds import SeedLayout, rand, randperm
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
@@ -163,55 +167,82 @@ def dataset_mc_returns(dataset: OfflineDataset, gamma: float,
     return discounted_returns_to_go(dataset.reward[keep], offsets, gamma, sparse_negative_reward)
 
 
+def select_members(t: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """``t [E,...]`` at ``members [M]`` -> ``[M,...]`` (``index_select``); seed-batched, ``t [S,E,...]`` at each seed's
+    ``members [S,M]`` -> ``[S,M,...]`` (one ``index_select`` over the flattened ``[S*E,...]``: the same copies)."""
+    if members.dim() == 1:
+        return t.index_select(0, members)
+    S, E = t.shape[:2]
+    rows = (members + E * torch.arange(S, device=members.device).unsqueeze(-1)).flatten()  # [S*M]
+    return t.flatten(0, 1).index_select(0, rows).view(*members.shape, *t.shape[2:])
+
+
+def _member_affine(bias: torch.Tensor, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``baddbmm`` of ``[*S,M,1,out]``, ``[*S,M,B,in]``, ``[*S,M,in,out]`` -> ``[*S,M,B,out]``: seed-batched, one
+    ``baddbmm`` over S*M, except a single member at width 1, which alone takes the matrix-vector path (one call per
+    seed, ``core.seeds``)."""
+    if h.dim() == 3:
+        return torch.baddbmm(bias, h, weight)  # [M,B,out]
+    if h.shape[1] == 1 and weight.shape[-1] == 1:
+        return torch.stack([torch.baddbmm(b, x, w) for b, x, w in zip(bias, h, weight)])  # [S,1,B,1]
+    y = torch.baddbmm(bias.flatten(0, 1), h.flatten(0, 1), weight.flatten(0, 1))  # [S*M,B,out]
+    return y.view(*h.shape[:2], *y.shape[1:])  # [S,M,B,out]
+
+
 def ensemble_forward(net: EnsembleMLP, x: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
-    """``net(x)[members]`` computed for those members only: ``x [B,in]`` -> ``[M,B,out]`` (gradients reach the
-    stacked parameters through index_select). Mirrors EnsembleMLP.forward without BatchRenorm."""
+    """``net(x)[members]`` computed for those members only: ``x [*S,B,in]``, ``members [*S,M]`` -> ``[*S,M,B,out]``
+    (gradients reach the stacked parameters through index_select). Mirrors EnsembleMLP.forward without
+    BatchRenorm."""
     assert net.renorms is None, "ensemble_forward does not support BatchRenorm critics"
-    M, last = members.numel(), len(net.layers) - 1
-    h = x.unsqueeze(0).expand(M, *x.shape)  # [M,B,in]
+    M, last = members.shape[-1], len(net.layers) - 1
+    h = x.unsqueeze(-3).expand(*x.shape[:-2], M, *x.shape[-2:])  # [*S,M,B,in]
     for i, module in enumerate(net.layers):
         layer = cast(EnsembleLinear, module)  # an EnsembleMLP's layers (ModuleList items are typed Module)
-        h = torch.baddbmm(layer.bias.index_select(0, members), h, layer.weight.index_select(0, members))  # [M,B,h]
+        h = _member_affine(select_members(layer.bias, members), h, select_members(layer.weight, members))  # [*S,M,B,h]
         if i < last:
             if net.norm_scale is not None and net.norm_shift is not None:  # both set together (layer_norm)
-                h = nn.functional.layer_norm(h, h.shape[-1:]) * net.norm_scale[i].index_select(0, members) \
-                    + net.norm_shift[i].index_select(0, members)
+                h = nn.functional.layer_norm(h, h.shape[-1:]) * select_members(net.norm_scale[i], members) \
+                    + select_members(net.norm_shift[i], members)
             h = net.act(h)
     return h
 
 
 def calql_lower_bound(q_samples: torch.Tensor, mc_return: torch.Tensor, num_random: int) -> torch.Tensor:
-    """``q_samples [M,B,N]`` ordered [uniform | policy samples]: ``max(Q, G_mc)`` on the policy samples (the last
-    ``N - num_random``), the uniform ones untouched (WSRL ``calql_bound_random_actions=False``)."""
-    bound = mc_return.unsqueeze(-1).expand(-1, q_samples.shape[-1]).clone()  # [B,N]
-    bound[:, :num_random] = -math.inf
-    return torch.maximum(q_samples, bound)
+    """``q_samples [*S,M,B,N]`` ordered [uniform | policy samples], ``mc_return [*S,B]``: ``max(Q, G_mc)`` on the
+    policy samples (the last ``N - num_random``), the uniform ones untouched (WSRL
+    ``calql_bound_random_actions=False``)."""
+    bound = mc_return.unsqueeze(-1).expand(*mc_return.shape, q_samples.shape[-1]).clone()  # [*S,B,N]
+    bound[..., :num_random] = -math.inf
+    return torch.maximum(q_samples, bound.unsqueeze(-3))
 
 
 def cql_regularizer(q_samples: torch.Tensor, q_data: torch.Tensor, log_density: torch.Tensor | None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """CQL's ``(diff [M,B], ood [M,B])`` from ``q_samples [M,B,N]``, ``q_data [M,B]`` and ``log_density [B,N]``.
+    """CQL's ``(diff [*S,M,B], ood [*S,M,B])`` from ``q_samples [*S,M,B,N]``, ``q_data [*S,M,B]`` and
+    ``log_density [*S,B,N]``.
 
     With ``log_density`` (importance sampling): ``ood = logsumexp_n (Q_n - log q_n)``; without:
     ``ood = logsumexp over the N samples and Q_data, minus log(N + 1)``. ``diff = ood - Q_data``.
     """
     if log_density is not None:
-        ood = torch.logsumexp(q_samples - log_density, -1)  # [M,B]
+        ood = torch.logsumexp(q_samples - log_density.unsqueeze(-3), -1)  # [*S,M,B]
     else:
-        vals = torch.cat([q_samples, q_data.unsqueeze(-1)], -1)  # [M,B,N+1]
-        ood = torch.logsumexp(vals, -1) - math.log(vals.shape[-1])  # [M,B]
+        vals = torch.cat([q_samples, q_data.unsqueeze(-1)], -1)  # [*S,M,B,N+1]
+        ood = torch.logsumexp(vals, -1) - math.log(vals.shape[-1])  # [*S,M,B]
     return ood - q_data, ood
 
 
 def max_backup_target(q_next: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor, next_logp: torch.Tensor,
                       alpha: torch.Tensor, gamma: float, backup_entropy: bool) -> torch.Tensor:
-    """``q_next [M,B,Kt]`` of the subset target critics at Kt next actions -> ``y [B]``: SAC's ``td_target`` per
-    sample (subset-min), then the max over samples (y is increasing in the backed-up value, so max_k y_k is
-    r + gamma max_k Q_k)."""
-    M, B, Kt = q_next.shape
-    y = td_target(q_next.reshape(M, B * Kt), torch.arange(M, device=q_next.device), reward.repeat_interleave(Kt),
-                  terminated.repeat_interleave(Kt), next_logp.reshape(B * Kt), alpha, gamma, backup_entropy)  # [B*Kt]
-    return y.view(B, Kt).max(-1).values
+    """``q_next [*S,M,B,Kt]`` of the subset target critics at Kt next actions, ``reward [*S,B]``, ``terminated
+    [*S,B]``, ``next_logp [*S,B,Kt]``, ``alpha [*S]`` -> ``y [*S,B]``: SAC's target (``core.losses.td_target``) per
+    sample with the subset-min, ``r + gamma (1 - terminated) (min_M Q - [backup_entropy] alpha log pi)``, then the
+    max over samples (y is increasing in the backed-up value, so max_k y_k is r + gamma max_k Q_k)."""
+    q_t = q_next.min(-3).values  # [*S,B,Kt]
+    if backup_entropy:
+        q_t = q_t - alpha[..., None, None] * next_logp
+    y = reward.unsqueeze(-1) + gamma * (~terminated).to(reward.dtype).unsqueeze(-1) * q_t  # [*S,B,Kt]
+    return y.max(-1).values
 
 
 # ----- networks -----
@@ -246,7 +277,8 @@ class CQL:
             raw = math.log(math.expm1(config.lagrange_init))
             self.lagrange_raw = torch.tensor(raw, device=self.device, requires_grad=True)
             self.lagrange_opt = torch.optim.Adam([self.lagrange_raw], lr=config.lagrange_lr)
-        self.update_critic = torch.compile(self.update_critic) if config.compile else self.update_critic
+        if config.compile:
+            self.update_critic = torch.compile(self.update_critic)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -260,7 +292,7 @@ class CQL:
         return nn.functional.softplus(self.lagrange_raw.detach())
 
     def q(self, net: EnsembleMLP, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.sac.q(net, obs, action)  # [E,B]
+        return self.sac.q(net, obs, action)  # [*S,E,B]
 
     @torch.no_grad()
     def act(self, obs: Obs, deterministic: bool = False) -> torch.Tensor:
@@ -270,51 +302,58 @@ class CQL:
         return self.sac.exportable()
 
     def critic_losses(self, batch: Transition) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """Critic loss, info and the detached mean CQL diff. Random draws, in order: the subset (randperm), one
-        Gaussian draw ``[B,2K+Kt,A]`` for [pi(s) K | pi(s') K | target pi(s') Kt], then uniform ``[B,K,A]``."""
+        """Critic loss ``[*S]``, info and the detached mean CQL diff ``[*S]``. Random draws, in order: the subset
+        (randperm), one Gaussian draw ``[B,2K+Kt,A]`` for [pi(s) K | pi(s') K | target pi(s') Kt], then uniform
+        ``[B,K,A]``."""
         c = self.config
         obs, next_obs = batch.obs, batch.next_obs
         assert isinstance(obs, torch.Tensor) and isinstance(next_obs, torch.Tensor)  # CQL takes flat observations
-        B, A = batch.action.shape
-        assert obs.shape[0] == B and batch.reward.shape == (B,), "expected obs [B,O], action [B,A], reward [B]"
+        lead, (B, A), O = batch.action.shape[:-2], batch.action.shape[-2:], obs.shape[-1]
+        assert obs.shape[:-1] == (*lead, B) and batch.reward.shape == (*lead, B), \
+            "expected obs [*S,B,O], action [*S,B,A], reward [*S,B]"
         K, Kt = c.num_cql_samples, (c.num_cql_samples if c.max_target_backup else 1)
-        action = batch.action.clamp(-c.action_clip, c.action_clip)  # [B,A]
-        subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
+        action = batch.action.clamp(-c.action_clip, c.action_clip)  # [*S,B,A]
+        subset = randperm(c.num_critics, self.gen, self.device)[..., : c.target_subset]  # [*S,M]
         with torch.no_grad():
-            mean, log_std = self.actor(torch.cat([obs, next_obs]))  # [2B,A] each
-            mean = torch.cat([mean[:B, None].expand(B, K, A), mean[B:, None].expand(B, K + Kt, A)], 1)  # [B,2K+Kt,A]
-            log_std = torch.cat([log_std[:B, None].expand(B, K, A), log_std[B:, None].expand(B, K + Kt, A)], 1)
-            a_pi, logp_pi = tanh_normal_sample(mean, log_std, self.gen)  # [B,2K+Kt,A], [B,2K+Kt]
-            a_rand = torch.rand((B, K, A), generator=self.gen, device=self.device) * 2 - 1  # [B,K,A]
-            a_t, logp_t = a_pi[:, 2 * K:], logp_pi[:, 2 * K:]  # [B,Kt,A], [B,Kt]
-            nxt = torch.cat([next_obs[:, None].expand(B, Kt, -1), a_t], -1).reshape(B * Kt, -1)  # [B*Kt,O+A]
-            q_next = ensemble_forward(self.critic_target, nxt, subset).view(-1, B, Kt)  # [M,B,Kt]
+            mean, log_std = self.actor(torch.cat([obs, next_obs], -2))  # [*S,2B,A] each
+
+            def per_sample(t: torch.Tensor) -> torch.Tensor:  # [*S,2B,A] -> [*S,B,2K+Kt,A]: pi(s) K | pi(s') K + Kt
+                return torch.cat([t[..., :B, None, :].expand(*lead, B, K, A),
+                                  t[..., B:, None, :].expand(*lead, B, K + Kt, A)], -2)
+
+            # [*S,B,2K+Kt,A], [*S,B,2K+Kt]
+            a_pi, logp_pi = tanh_normal_sample(per_sample(mean), per_sample(log_std), self.gen)
+            a_rand = rand((*lead, B, K, A), self.gen, self.device) * 2 - 1  # [*S,B,K,A]
+            a_t, logp_t = a_pi[..., 2 * K:, :], logp_pi[..., 2 * K:]  # [*S,B,Kt,A], [*S,B,Kt]
+            nxt = torch.cat([next_obs[..., None, :].expand(*lead, B, Kt, O), a_t], -1).reshape(*lead, B * Kt, -1)
+            q_next = ensemble_forward(self.critic_target, nxt, subset).view(*lead, -1, B, Kt)  # [*S,M,B,Kt]
             y = max_backup_target(q_next, batch.reward, batch.terminated, logp_t, self.alpha, c.gamma,
-                                  c.backup_entropy)  # [B]
-        q = self.q(self.critic, obs, action)  # [E,B]
-        td = (q - y).square().mean()
-        samples = torch.cat([a_rand, a_pi[:, : 2 * K]], 1)  # [B,3K,A]: uniform | pi(s) | pi(s')
-        x = torch.cat([obs[:, None].expand(B, 3 * K, -1), samples], -1).reshape(B * 3 * K, -1)  # [B*3K,O+A]
-        q_samples = ensemble_forward(self.critic, x, subset).view(-1, B, 3 * K)  # [M,B,3K]
+                                  c.backup_entropy)  # [*S,B]
+        q = self.q(self.critic, obs, action)  # [*S,E,B]
+        td = (q - y.unsqueeze(-2)).square().mean((-2, -1))  # [*S]
+        samples = torch.cat([a_rand, a_pi[..., : 2 * K, :]], -2)  # [*S,B,3K,A]: uniform | pi(s) | pi(s')
+        x = torch.cat([obs[..., None, :].expand(*lead, B, 3 * K, O), samples], -1).reshape(*lead, B * 3 * K, -1)
+        q_samples = ensemble_forward(self.critic, x, subset).view(*lead, -1, B, 3 * K)  # [*S,M,B,3K]
         info = {}
         if c.calql:
             mc = getattr(batch, "mc_return", None)
-            if mc is None or mc.shape != (B,):
+            if mc is None or mc.shape != (*lead, B):
                 raise ValueError("Cal-QL needs batches with mc_return [B] (MCTransition; see dataset_mc_returns)")
-            info["stats/calql_bound_rate"] = (q_samples[..., K:].detach() < mc[:, None]).float().mean()
+            info["stats/calql_bound_rate"] = (q_samples[..., K:].detach() < mc[..., None, :, None]).float().mean(
+                (-3, -2, -1))
             q_samples = calql_lower_bound(q_samples, mc, K)
         log_density = None
         if c.importance_sampling:
-            log_density = torch.cat([torch.full((B, K), self._log_q_uniform, device=self.device), logp_pi[:, : 2 * K]],
-                                    1)  # [B,3K]
-        diff, ood = cql_regularizer(q_samples, q.index_select(0, subset), log_density)  # [M,B] each
-        diff_mean = diff.mean()
-        weight = self.cql_weight
+            uniform = torch.full((*lead, B, K), self._log_q_uniform, device=self.device)  # [*S,B,K]
+            log_density = torch.cat([uniform, logp_pi[..., : 2 * K]], -1)  # [*S,B,3K]
+        diff, ood = cql_regularizer(q_samples, select_members(q, subset), log_density)  # [*S,M,B] each
+        diff_mean = diff.mean((-2, -1))  # [*S]
+        weight = self.cql_weight  # [] (fixed) or [*S] (lagrange)
         cql = diff_mean - c.target_gap if c.lagrange else diff_mean
-        loss = td + weight * cql
+        loss = td + weight * cql  # [*S]
         info.update({"loss/critic": loss.detach(), "loss/td": td.detach(), "loss/cql": cql.detach(),
-                     "stats/q_mean": q.detach().mean(), "stats/target_mean": y.mean(),
-                     "stats/cql_ood": ood.detach().mean(), "stats/cql_diff": diff_mean.detach(),
+                     "stats/q_mean": q.detach().mean((-2, -1)), "stats/target_mean": y.mean(-1),
+                     "stats/cql_ood": ood.detach().mean((-2, -1)), "stats/cql_diff": diff_mean.detach(),
                      "stats/cql_weight": weight})
         return loss, info, diff_mean.detach()
 
@@ -322,14 +361,14 @@ class CQL:
         """One critic step (TD + CQL), the Polyak target update and, with ``lagrange``, one multiplier step."""
         loss, info, diff_mean = self.critic_losses(batch)
         self.sac.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.sum().backward()  # a seed-batched update's [S] losses: each seed's gradient is its own loss's
         self.sac.critic_opt.step()
         polyak_(self._tgt, self._src, self.config.tau)
         self.sac.critic_updates += 1
         if self.lagrange_opt is not None and self.lagrange_raw is not None:  # both set together (lagrange)
-            lag_loss = -nn.functional.softplus(self.lagrange_raw) * (diff_mean - self.config.target_gap)
+            lag_loss = -nn.functional.softplus(self.lagrange_raw) * (diff_mean - self.config.target_gap)  # [*S]
             self.lagrange_opt.zero_grad(set_to_none=True)
-            lag_loss.backward()
+            lag_loss.sum().backward()
             self.lagrange_opt.step()
             info["loss/cql_lagrange"] = lag_loss.detach()
         return info
@@ -379,14 +418,19 @@ def _prepare_calql(dataset: OfflineDataset, buffer, config: CQLConfig) -> tuple[
 
 _OFFLINE_RUN = {"total_steps": 250_000, "log_every": 1000, "checkpoint_every": 25_000, "eval_every": 25_000}
 
+# --seeds (core.seeds): CQL's aliases of its SAC's objects and the multiplier; the SAC by SAC's own layout
+_SEED_LAYOUT = SeedLayout(("actor", "critic", "critic_target"), each=("lagrange_opt",), lists=("_tgt", "_src"),
+                          tensors=("lagrange_raw", "log_alpha"), parts=(("sac", SEED_LAYOUT),),
+                          refuse=lambda c: "--compile (each seed's compiled steps are its own)" if c.compile else None)
+
 register(AlgoEntry(
     "cql", CQLConfig, CQL, regime="offline",
     summary="Conservative Q-Learning, offline (--dataset), WSRL's pre-training settings; loads into SAC",
     config_defaults=WSRL_SAC, run_defaults=_OFFLINE_RUN, loop_defaults={"clip_actions": 0.99999},
-    requires_dataset=True))
+    requires_dataset=True, seed_layout=_SEED_LAYOUT))
 
 register(AlgoEntry(
     "calql", CQLConfig, CQL, regime="offline",
     summary="Cal-QL: CQL with the Monte-Carlo return as a lower bound, offline (--dataset)",
     config_defaults={**WSRL_SAC, "calql": True}, run_defaults=_OFFLINE_RUN, loop_defaults={"clip_actions": 0.99999},
-    prepare_offline=_prepare_calql, requires_dataset=True))
+    prepare_offline=_prepare_calql, requires_dataset=True, seed_layout=_SEED_LAYOUT))

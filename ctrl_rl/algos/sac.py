@@ -66,6 +66,7 @@ from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.optim import adam_step
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
+from ctrl_rl.core.seeds import SeedLayout
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
@@ -441,7 +442,8 @@ class SAC:
                 with torch.no_grad():
                     feats = self.encoder(self._augment(batch.obs))  # [B,F]
         assert feats is not None  # set above (the checker sees torch.no_grad as possibly swallowing an exception)
-        a, logp = sample if sample is not None else self.actor.sample(feats, self.gen)  # [B,A], [B]
+        # dimensions count from the end: CQL's seeds-runs (core.seeds) give every tensor a leading [S] ([*S,...])
+        a, logp = sample if sample is not None else self.actor.sample(feats, self.gen)  # [*S,B,A], [*S,B]
         if c.crossq:
             self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
             try:
@@ -449,17 +451,17 @@ class SAC:
             finally:
                 self.critic.train()
         else:
-            q = self.q(self.critic, feats, a)  # [E,B]
-        q_agg = q.min(0).values if c.actor_q == "min" else q.mean(0)  # [B]
-        loss = (self.alpha * logp - q_agg).mean()
+            q = self.q(self.critic, feats, a)  # [*S,E,B]
+        q_agg = q.min(-2).values if c.actor_q == "min" else q.mean(-2)  # [*S,B]
+        loss = (self.alpha.unsqueeze(-1) * logp - q_agg).mean(-1)  # [*S]
         self.actor_step(loss)
-        return {"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(), "stats/alpha": self.alpha,
+        return {"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(-1), "stats/alpha": self.alpha,
                 **self.alpha_step(logp)}
 
     def actor_step(self, loss: torch.Tensor) -> None:
         """One optimizer step of the actor on ``loss``. Gradients are taken for the actor's parameters only:
         the critics' weight gradients of an actor loss are never computed."""
-        grads = torch.autograd.grad(loss, self.actor_params, allow_unused=True)
+        grads = torch.autograd.grad(loss.sum(), self.actor_params, allow_unused=True)  # [S] losses: each its own
         for p, g in zip(self.actor_params, grads):
             p.grad = g
         adam_step(self.actor_opt)
@@ -468,9 +470,9 @@ class SAC:
         """One temperature step towards the target entropy, ``L = -log_alpha * (log pi + H_target)``."""
         if self.alpha_opt is None:
             return {}
-        alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        alpha_loss = -(self.log_alpha.unsqueeze(-1) * (logp.detach() + self.target_entropy)).mean(-1)  # [*S]
         self.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
+        alpha_loss.sum().backward()
         adam_step(self.alpha_opt)
         return {"loss/alpha": alpha_loss.detach()}
 
@@ -548,6 +550,11 @@ def _update_step(algo: SAC, sampler, batch_size: int, config: SACConfig) -> dict
         return algo.update(sampler.sample(batch_size, algo.gen))
     return algo.update_split([sampler.sample(batch_size // k, algo.gen) for _ in range(k)])
 
+
+# What a seeds-run of CQL (which holds a SAC) batches of its SAC (core.seeds): update_actor, actor_step and alpha_step
+# count dimensions from the end; update_critic and update do not yet (no --seeds for SAC itself)
+SEED_LAYOUT = SeedLayout(("actor", "critic", "critic_target"), each=("actor_opt", "critic_opt", "alpha_opt"),
+                         lists=("_tgt", "_src", "actor_params"), tensors=("log_alpha",), counters=("critic_updates",))
 
 register(AlgoEntry(
     "sac", SACConfig, SAC, regime="off-policy",

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from ctrl_rl.core.seeds import Gen, randn
+
 _LOG_2PI = math.log(2 * math.pi)
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -58,11 +60,12 @@ def tanh_log_det(u: torch.Tensor) -> torch.Tensor:
     return (2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))).sum(-1)
 
 
-def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None
+def tanh_normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: Gen
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reparameterised tanh-Gaussian sample ``[B,A]`` and its log-density ``[B]``: ``a = tanh(mean + eps *
-    exp(log_std))``, ``log pi(a) = log N(u; mean, std) - sum_j log(1 - tanh(u_j)^2)`` (change of variables)."""
-    eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)  # [B,A]
+    exp(log_std))``, ``log pi(a) = log N(u; mean, std) - sum_j log(1 - tanh(u_j)^2)`` (change of variables).
+    Any leading dims; with a seeds-run's ``SeedGenerators`` the first is the seed's (``core.seeds.randn``)."""
+    eps = randn(mean.shape, generator, mean.device, mean.dtype)  # [B,A]
     u = mean + eps * log_std.exp()  # [B,A]
     log_n = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)  # [B]
     return torch.tanh(u), log_n - tanh_log_det(u)

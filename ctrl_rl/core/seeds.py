@@ -19,14 +19,18 @@ and stacks to S*E). Element-wise kernels and the per-seed reductions give the sa
 stacked tensor would not: its vectorized loop and its scalar tail meet at other elements than in a member's own
 tensor, hence one optimizer per member. Other thread counts split the work differently: bit-identity with the
 alone run holds at the same fixed ``--threads``.
+
+Random draws inside an update (a random critic subset, a policy's samples): the batched instance's ``gen`` is a
+:class:`SeedGenerators`, and the draw helpers :func:`randn`, :func:`rand` and :func:`randperm`, given it where a
+``torch.Generator`` goes, make one draw per seed with that seed's generator, of the shape its update draws alone,
+and stack them; so each generator sees exactly the calls, shapes and order of its run alone.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +39,10 @@ from torch import nn
 from ctrl_rl.core.nets import EnsembleLinear
 
 A = TypeVar("A")
+
+
+def _contiguous(grad: torch.Tensor) -> torch.Tensor:
+    return grad.contiguous()
 
 
 class SeedLinear(nn.Module):
@@ -48,6 +56,11 @@ class SeedLinear(nn.Module):
         if self.members[0].out_features == 1:  # addmm's matrix-vector path: one call per seed, as alone
             return torch.stack([F.linear(x[k], m.weight, m.bias) for k, m in enumerate(self.members)])  # [S,B,1]
         w = torch.stack([m.weight for m in self.members])  # [S,out,in]
+        if w.requires_grad:
+            # bmm's gradient of w^T comes back transposed ([out,in] slices of stride (1, out)), where addmm's is laid
+            # out as the weight: a copy in the weight's layout, as .backward() would store it anyway; a fused optimizer
+            # handed the strided one directly (SAC.actor_step's p.grad = g) reads it in memory order (torch 2.13)
+            w.register_hook(_contiguous)  # pyright: ignore[reportUnknownMemberType]  (torch stub gap: the hook type)
         b = torch.stack([m.bias for m in self.members]).unsqueeze(1)  # [S,1,out]
         return torch.baddbmm(b, x, w.transpose(1, 2))  # [S,B,out]
 
@@ -72,6 +85,49 @@ class SeedEnsembleLinear(nn.Module):
         y = torch.baddbmm(b, x.reshape(S * E, *x.shape[2:]), w)  # [S*E,B,out]
         return y.view(S, E, *y.shape[1:])  # [S,E,B,out]
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The members' current weights ``[S,E,in,out]`` (code that reads an ensemble layer's ``weight`` directly,
+        e.g. to run a subset of members, reads every seed's)."""
+        return torch.stack([m.weight for m in self.members])
+
+    @property
+    def bias(self) -> torch.Tensor:
+        """The members' current biases ``[S,E,1,out]``."""
+        return torch.stack([m.bias for m in self.members])
+
+
+class SeedLayerNorm(nn.Module):
+    """S ``nn.LayerNorm`` members as one layer ``[S,...,h]``: one ``F.layer_norm`` per seed with its own affine
+    parameters. (One call without affine and a separate scale and shift would round differently: the kernel applies
+    the affine inside its vectorized loop.)"""
+
+    def __init__(self, members: Sequence[nn.LayerNorm]):
+        super().__init__()
+        self.members = list(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([F.layer_norm(x[k], m.normalized_shape, m.weight, m.bias, m.eps)
+                            for k, m in enumerate(self.members)])
+
+
+class SeedParameterList(nn.Module):
+    """S ``nn.ParameterList`` members: entry ``i`` is the members' current entries stacked ``[S,*shape]``.
+
+    Every ParameterList in ctrl_rl holds an ensemble's per-member parameters ``[E,1,h]`` (EnsembleMLP's LayerNorm
+    scales and shifts) that broadcast against ``[E,B,h]`` with their own batch dim, so the stack is ``[S,E,1,h]``
+    against ``[S,E,B,h]``, with no batch dim inserted (unlike a module's own parameter, :func:`seed_stack`)."""
+
+    def __init__(self, members: Sequence[nn.ParameterList]):
+        super().__init__()
+        self.members = list(members)
+
+    def __len__(self) -> int:
+        return len(self.members[0])
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.stack([m[i] for m in self.members])
+
 
 def _stack_parameter(params: Sequence[torch.Tensor]) -> torch.Tensor:
     """A module's own parameter (e.g. a state-independent log-std ``[A]``) as ``[S,1,*shape]``: broadcast against
@@ -82,10 +138,11 @@ def _stack_parameter(params: Sequence[torch.Tensor]) -> torch.Tensor:
 def seed_stack(members: Sequence[nn.Module]) -> nn.Module:
     """The S members (one architecture) as one module of inputs ``[S,...]`` (see the module docstring).
 
-    ``nn.Linear`` and ``EnsembleLinear`` become :class:`SeedLinear` / :class:`SeedEnsembleLinear`; any other
-    module becomes an instance of its own class whose submodules are stacked in turn, whose plain attributes are
-    member 0's, and whose own parameters are refreshed before every call as ``[S,1,*shape]``; its methods (a
-    policy's ``log_prob``, ``mode``) run on it unchanged. Buffers (running statistics) are refused.
+    ``nn.Linear``, ``EnsembleLinear``, ``nn.LayerNorm`` and ``nn.ParameterList`` become :class:`SeedLinear`,
+    :class:`SeedEnsembleLinear`, :class:`SeedLayerNorm` and :class:`SeedParameterList`; any other module becomes an
+    instance of its own class whose submodules are stacked in turn, whose plain attributes are member 0's, and whose
+    own parameters are refreshed before every call as ``[S,1,*shape]``; its methods (a policy's ``log_prob``,
+    ``mode``) run on it unchanged. Buffers (running statistics) are refused.
     """
     m0 = members[0]
     if any(type(m) is not type(m0) for m in members):
@@ -94,9 +151,13 @@ def seed_stack(members: Sequence[nn.Module]) -> nn.Module:
         return SeedLinear([m for m in members if isinstance(m, nn.Linear)])
     if isinstance(m0, EnsembleLinear):
         return SeedEnsembleLinear([m for m in members if isinstance(m, EnsembleLinear)])
-    if any(True for _ in m0.buffers(recurse=False)) or isinstance(m0, (nn.ParameterList, nn.ParameterDict)):
+    if isinstance(m0, nn.LayerNorm):
+        return SeedLayerNorm([m for m in members if isinstance(m, nn.LayerNorm)])
+    if isinstance(m0, nn.ParameterList):
+        return SeedParameterList([m for m in members if isinstance(m, nn.ParameterList)])
+    if any(True for _ in m0.buffers(recurse=False)) or isinstance(m0, nn.ParameterDict):
         raise TypeError(f"seed_stack cannot stack {type(m0).__name__}: it holds buffers (running statistics) or "
-                        "per-member parameter lists, whose seed-batched layout it does not know")
+                        "a parameter dict, whose seed-batched layout it does not know")
     out = object.__new__(type(m0))
     nn.Module.__init__(out)
     fresh = set(out.__dict__)
@@ -142,29 +203,117 @@ class SeedLayout:
     modules: tuple[str, ...]
     """Networks stacked with :func:`seed_stack` (inputs gain a leading ``[S]``)."""
     each: tuple[str, ...] = ()
-    """Optimizers and schedulers: every member's own steps (:class:`Each`)."""
+    """Optimizers and schedulers: every member's own steps (:class:`Each`); a member's None stays None."""
     lists: tuple[str, ...] = ()
     """Lists of tensors (target and source parameters of a Polyak update): the members' lists concatenated."""
+    tensors: tuple[str, ...] = ()
+    """Single tensors an optimizer steps (a temperature's log alpha, a Lagrange multiplier): read as the members'
+    current values stacked ``[S,*shape]`` at every access, so gradients reach each member's own; None where the
+    members hold None."""
+    counters: tuple[str, ...] = ()
+    """Plain values every member holds alike and the update advances (a step counter): read from member 0, written
+    to every member, so each member's checkpoint holds its count."""
+    parts: tuple[tuple[str, SeedLayout], ...] = ()
+    """Objects the algorithm holds whose own attributes are batched by their own layout (CQL's ``sac``)."""
     refuse: Callable[[Any], str | None] | None = None
     """``refuse(config)``: a setting the seed-batched update cannot reproduce bit for bit, named in words (e.g.
     dropout, whose masks come from each member's generator), or None."""
 
 
+def _seed_class(cls: type[A], tensors: Sequence[str], counters: Sequence[str]) -> type[A]:
+    """``cls`` with the layout's ``tensors`` and ``counters`` as properties over the instance's ``_seed_members``."""
+    def stacked(name: str) -> property:
+        def get(self: Any) -> torch.Tensor | None:
+            values = [getattr(m, name) for m in self._seed_members]
+            return None if values[0] is None else torch.stack(values)  # [S,*shape]
+        return property(get)
+
+    def counter(name: str) -> property:
+        def get(self: Any) -> Any:
+            return getattr(self._seed_members[0], name)
+
+        def put(self: Any, value: Any) -> None:
+            for m in self._seed_members:
+                setattr(m, name, value)
+        return property(get, put)
+
+    props = {**{n: stacked(n) for n in tensors}, **{n: counter(n) for n in counters}}
+    return cast("type[A]", type(cls.__name__, (cls,), props))  # a subclass of cls
+
+
 def batch_seeds(algos: Sequence[A], layout: SeedLayout) -> A:
     """One instance of the members' class whose ``update`` trains all of them at once (see the module docstring).
 
-    Other attributes are member 0's (config, spec, device); ``gen`` is None: random draws inside a seed-batched
-    update would come from one generator instead of each member's, so a layout refuses settings that draw them.
+    Other attributes are member 0's (config, spec, device); ``gen`` is the members' generators as one
+    :class:`SeedGenerators`, from which the draw helpers make each seed's draw with its own generator.
     """
-    out = copy.copy(algos[0])  # member 0's class and attributes (shallow); what the layout names is replaced
+    a0 = algos[0]
+    out: A = object.__new__(_seed_class(type(a0), layout.tensors, layout.counters))
+    # member 0's attributes (shallow); what the layout names is replaced, tensors and counters become properties
+    out.__dict__.update({k: v for k, v in a0.__dict__.items() if k not in (*layout.tensors, *layout.counters)})
+    out.__dict__["_seed_members"] = list(algos)
     for name in layout.modules:
         setattr(out, name, seed_stack([getattr(a, name) for a in algos]))
     for name in layout.each:
-        setattr(out, name, Each([getattr(a, name) for a in algos]))
+        members = [getattr(a, name) for a in algos]
+        setattr(out, name, None if members[0] is None else Each(members))
     for name in layout.lists:
         setattr(out, name, [t for a in algos for t in getattr(a, name)])
-    setattr(out, "gen", None)  # noqa: B010  (not every algorithm class declares it)
+    for name, part in layout.parts:
+        setattr(out, name, batch_seeds([getattr(a, name) for a in algos], part))
+    out.__dict__["gen"] = SeedGenerators([vars(a)["gen"] for a in algos])  # each seed's own generator
     return out
+
+
+class SeedGenerators:
+    """The seeds' ``torch.Generator`` s in seed order, passed where an update passes its generator; the draw helpers
+    below stack one draw per generator."""
+
+    def __init__(self, gens: Sequence[torch.Generator]):
+        self.gens = list(gens)
+
+    def __len__(self) -> int:
+        return len(self.gens)
+
+    def draw(self, fn: Callable[[torch.Generator], torch.Tensor]) -> torch.Tensor:
+        """``fn(gen)`` of every seed's generator, in seed order, stacked ``[S,...]``."""
+        return torch.stack([fn(g) for g in self.gens])
+
+
+Gen: TypeAlias = "torch.Generator | SeedGenerators | None"
+"""A generator argument of the draw helpers: one run's generator (or None: the global one), or a seeds-run's."""
+
+
+def _per_seed(shape: Sequence[int], gen: SeedGenerators) -> tuple[int, ...]:
+    assert len(shape) >= 1 and shape[0] == len(gen), \
+        f"a seed-batched draw needs a leading seed dimension of {len(gen)}, got shape {tuple(shape)}"
+    return tuple(shape[1:])
+
+
+def randn(shape: Sequence[int], generator: Gen, device: torch.device | str | None = None,
+          dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``torch.randn(shape, generator=...)``; with :class:`SeedGenerators`, ``shape`` is ``[S,...]`` and seed k's
+    slice is ``torch.randn(shape[1:])`` of its generator."""
+    if isinstance(generator, SeedGenerators):
+        one = _per_seed(shape, generator)
+        return generator.draw(lambda g: torch.randn(one, generator=g, device=device, dtype=dtype))
+    return torch.randn(tuple(shape), generator=generator, device=device, dtype=dtype)
+
+
+def rand(shape: Sequence[int], generator: Gen, device: torch.device | str | None = None,
+         dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``torch.rand`` as :func:`randn` draws ``torch.randn``."""
+    if isinstance(generator, SeedGenerators):
+        one = _per_seed(shape, generator)
+        return generator.draw(lambda g: torch.rand(one, generator=g, device=device, dtype=dtype))
+    return torch.rand(tuple(shape), generator=generator, device=device, dtype=dtype)
+
+
+def randperm(n: int, generator: Gen, device: torch.device | str | None = None) -> torch.Tensor:
+    """``torch.randperm(n)`` ``[n]``; with :class:`SeedGenerators`, one permutation per seed ``[S,n]``."""
+    if isinstance(generator, SeedGenerators):
+        return generator.draw(lambda g: torch.randperm(n, generator=g, device=device))
+    return torch.randperm(n, generator=generator, device=device)
 
 
 def unstack(value: torch.Tensor, seeds: int) -> Iterator[torch.Tensor]:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ctrl_rl.algos import registry
-from ctrl_rl.core.obs import Obs, obs_cat, obs_map
+from ctrl_rl.core.obs import obs_cat, obs_map
 from ctrl_rl.core.seeds import unstack
 from ctrl_rl.core.types import Transition
 from ctrl_rl.errors import UserInputError
@@ -81,18 +81,20 @@ def read_record(parent: Path) -> dict | None:
 
 def sample_seeds(sampler: Any, batch_size: int, gens: Sequence[torch.Generator]) -> Transition:
     """One batch per seed, each drawn with its seed's generator exactly as ``sampler.sample(batch_size, gen)`` draws
-    it alone, stacked to ``[S,B,...]`` (a replay buffer: the seeds' indices gathered in one indexed copy per field)."""
+    it alone, stacked to ``[S,B,...]`` (a replay buffer: the seeds' indices gathered in one indexed copy per field;
+    another sampler's batches field by field, of their own Transition class, e.g. Cal-QL's with ``mc_return``)."""
     if isinstance(sampler, ReplayBuffer):
         idx = torch.stack([sampler.sample_indices(batch_size, g) for g in gens])  # [S,B]
         return sampler.gather(idx)
     parts = [sampler.sample(batch_size, g) for g in gens]
 
-    def obs_stack(obs: list[Obs]) -> Obs:
-        return obs_cat([obs_map(lambda t: t.unsqueeze(0), o) for o in obs])  # [S,B,...]
+    def stack(name: str) -> Any:
+        values = [getattr(p, name) for p in parts]
+        if name in ("obs", "next_obs"):  # a tensor or a dict of parts
+            return obs_cat([obs_map(lambda t: t.unsqueeze(0), o) for o in values])  # [S,B,...]
+        return torch.stack(values)  # [S,B,...]
 
-    return Transition(obs_stack([p.obs for p in parts]), torch.stack([p.action for p in parts]),
-                      torch.stack([p.reward for p in parts]), obs_stack([p.next_obs for p in parts]),
-                      torch.stack([p.terminated for p in parts]), torch.stack([p.truncated for p in parts]))
+    return type(parts[0])(**{f.name: stack(f.name) for f in dataclasses.fields(parts[0])})
 
 
 def split_info(info: dict[str, torch.Tensor], seeds: int) -> list[dict[str, torch.Tensor]]:

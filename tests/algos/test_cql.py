@@ -1,4 +1,7 @@
+import copy
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import pytest
 import torch
@@ -16,9 +19,11 @@ from ctrl_rl.algos.cql import (
 )
 from ctrl_rl.algos.sac import SAC
 from ctrl_rl.core.nets import EnsembleMLP
+from ctrl_rl.core.seeds import batch_seeds, seed_stack
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.storage.datasets import OfflineDataset, to_replay
+from tests.learn.test_seeds import _same_state
 
 SPEC = EnvSpec("synthetic:cont", (5,), False, 2, (-1.0, -1.0), (1.0, 1.0))
 TINY = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
@@ -111,6 +116,67 @@ def test_ensemble_forward_equals_the_subset_of_the_full_forward_with_gradients()
     out.sum().backward()
     g = net.layers[0].weight.grad
     assert g[0].abs().sum() == 0 and g[2].abs().sum() == 0 and g[1].abs().sum() > 0 and g[3].abs().sum() > 0
+
+
+def test_ensemble_forward_gives_each_seed_its_own_members_bit_for_bit():
+    """Seed-batched (``core.seeds``): ``x [S,B,in]`` and each seed's ``members [S,M]`` on the seeds' stacked
+    critics equal each seed's call alone, forward and backward, for M = 2 and the single-member width-1 path."""
+    nets = []
+    for s in range(3):
+        torch.manual_seed(s)
+        nets.append(EnsembleMLP(4, 6, (8, 8), 1, "relu", layer_norm=True))
+    alone = copy.deepcopy(nets)
+    stacked = seed_stack(nets)
+    x = torch.randn(3, 5, 6)  # [S,B,in]
+    for members in (torch.tensor([[3, 1], [0, 2], [2, 3]]), torch.tensor([[1], [3], [0]])):  # [S,M]
+        for n in [*nets, *alone]:
+            n.zero_grad()
+        out = ensemble_forward(cast(EnsembleMLP, stacked), x, members)  # [S,M,B,1]
+        out.square().sum((-3, -2, -1)).sum().backward()
+        for k, net in enumerate(alone):
+            ref = ensemble_forward(net, x[k], members[k])
+            assert torch.equal(out[k], ref)
+            ref.square().sum().backward()
+            for p, q in zip(net.parameters(), nets[k].parameters()):
+                assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
+
+
+# ----- seeds-runs: S CQLs batched, each seed bit for bit its update alone -----
+
+def _stacked(batches: Sequence[Transition]) -> Transition:
+    return type(batches[0])(**{f: torch.stack([getattr(b, f) for b in batches]) for f in vars(batches[0])})
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(lagrange=True, policy_delay=2), dict(calql=True),
+                                dict(num_critics=3, target_subset=1, importance_sampling=False,
+                                     max_target_backup=False, backup_entropy=True)])
+def test_seed_batched_updates_equal_each_seeds_updates_alone(kw):
+    # 64 wide, batch 64: at a few units or rows (TINY) nn.Linear's addmm takes a small-matrix path whose sums round
+    # unlike baddbmm's slices, so bit-identity is a property of realistic sizes (core.seeds)
+    cfg = cql_config(actor_hidden=(64, 64), critic_hidden=(64, 64), **kw)
+    seeds = (0, 4, 9)
+
+    def make(seed):
+        torch.manual_seed(seed)
+        return CQL(cfg, SPEC, "cpu", torch.Generator().manual_seed(seed))
+
+    members, alone = [make(s) for s in seeds], [make(s) for s in seeds]
+    layout = registry.get("cql").seed_layout
+    assert layout is not None
+    batched = batch_seeds(members, layout)
+    for step in range(3):
+        batches = [_batch(B=64, seed=10 * step + s) for s in seeds]
+        if cfg.calql:
+            batches = [MCTransition(**vars(b), mc_return=torch.randn(64)) for b in batches]
+        info = batched.update(_stacked(batches))
+        for k, a in enumerate(alone):
+            ref = a.update(batches[k])
+            assert info.keys() == ref.keys()
+            assert all(torch.equal(v if v.dim() == 0 else v[k], ref[n]) for n, v in info.items()), step
+    for m, a in zip(members, alone):  # networks, optimizer states, multiplier, generator; the step counter
+        assert _same_state(m.state_dict(), a.state_dict()) == []
+        assert m.sac.critic_updates == a.sac.critic_updates == 3
+    assert not torch.equal(members[0].log_alpha, members[1].log_alpha)  # the seeds went their own ways
 
 
 # ----- the critic step vs a brute-force loop on the same random draws -----

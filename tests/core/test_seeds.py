@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ctrl_rl.core.nets import EnsembleMLP, mlp
-from ctrl_rl.core.seeds import Each, seed_stack, unstack
+from ctrl_rl.core.seeds import Each, SeedGenerators, SeedLayout, batch_seeds, rand, randn, randperm, seed_stack, unstack
 
 
 @pytest.fixture(autouse=True)
@@ -37,9 +37,28 @@ def _members(make, S=3):
     return out
 
 
+def _layer_norm_ensemble():
+    net = EnsembleMLP(3, 5, (32, 32), 1, layer_norm=True)
+    assert net.norm_scale is not None and net.norm_shift is not None
+    with torch.no_grad():  # scales and shifts away from their initial 1 and 0
+        for p in [*net.norm_scale, *net.norm_shift]:
+            p.uniform_(0.5, 1.5)
+    return net
+
+
+def _layer_norm_mlp():
+    net = mlp(5, (32, 32), 4, "relu", layer_norm=True)
+    with torch.no_grad():
+        for m in net:
+            if isinstance(m, nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    return net
+
+
 @pytest.mark.parametrize("make", [lambda: mlp(5, (32, 32), 1, "relu"), lambda: mlp(5, (32, 32), 4, "tanh"),
                                   lambda: EnsembleMLP(2, 5, (32, 32), 1), lambda: EnsembleMLP(1, 5, (32,), 1),
-                                  WithOwnParameter])
+                                  WithOwnParameter, _layer_norm_ensemble, _layer_norm_mlp])
 def test_each_slice_is_its_member_forward_and_backward(make):
     members = _members(make)
     alone = copy.deepcopy(members)
@@ -82,5 +101,68 @@ def test_each_steps_every_member_and_unstack_splits_by_seed():
 def test_modules_it_cannot_stack_are_refused():
     with pytest.raises(TypeError, match="buffers"):
         seed_stack([nn.BatchNorm1d(3), nn.BatchNorm1d(3)])
+    with pytest.raises(TypeError, match="parameter dict"):
+        seed_stack([nn.ParameterDict({"a": nn.Parameter(torch.ones(1))}) for _ in range(2)])
     with pytest.raises(TypeError, match="one class"):
         seed_stack([nn.ReLU(), nn.Tanh()])
+
+
+def test_draw_helpers_give_each_seed_its_draw_alone():
+    gens = [torch.Generator().manual_seed(s) for s in (0, 5, 9)]
+    alone = [torch.Generator().manual_seed(s) for s in (0, 5, 9)]
+    seeds = SeedGenerators(gens)
+    perm, z, u = randperm(7, seeds), randn((3, 4, 2), seeds), rand((3, 5), seeds)  # [S,7], [S,4,2], [S,5]
+    for k, g in enumerate(alone):  # the same calls, shapes and order as the seed's update alone
+        assert torch.equal(perm[k], torch.randperm(7, generator=g))
+        assert torch.equal(z[k], torch.randn((4, 2), generator=g))
+        assert torch.equal(u[k], torch.rand((5,), generator=g))
+        assert torch.equal(gens[k].get_state(), g.get_state())
+    g1 = torch.Generator().manual_seed(1)  # one generator: torch's own draw
+    assert torch.equal(randn((2, 3), g1), torch.randn((2, 3), generator=torch.Generator().manual_seed(1)))
+    with pytest.raises(AssertionError, match="leading seed dimension of 3"):
+        randn((4, 2), seeds)
+
+
+class Tempered:
+    """A minimal algorithm: a network, a temperature tensor and a counter its update advances."""
+
+    def __init__(self, seed: int):
+        torch.manual_seed(seed)
+        self.net = mlp(5, (32,), 4)
+        self.log_alpha = torch.tensor(float(seed), requires_grad=True)
+        self.opt = torch.optim.Adam([*self.net.parameters(), self.log_alpha], lr=0.1)
+        self.steps = 0
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def update(self, x: torch.Tensor) -> torch.Tensor:
+        loss = (self.net(x).square().mean((-2, -1)) * self.log_alpha.exp())  # [*S]
+        self.opt.zero_grad()
+        loss.sum().backward()
+        self.opt.step()
+        self.steps += 1
+        return loss.detach()
+
+
+def test_batch_seeds_restacks_tensors_and_writes_counters_to_every_member():
+    members = [Tempered(s) for s in (1, 2)]
+    alone = copy.deepcopy(members)
+    batched = batch_seeds(members, SeedLayout(("net",), each=("opt",), tensors=("log_alpha",), counters=("steps",)))
+    assert isinstance(batched, Tempered) and isinstance(batched.gen, SeedGenerators)
+    x = torch.randn(2, 64, 5)  # [S,B,in]
+    for _ in range(2):
+        info = batched.update(x)
+        for k, m in enumerate(alone):
+            assert torch.equal(info[k], m.update(x[k]))
+    for m, a in zip(members, alone):
+        assert m.steps == a.steps == 2 and torch.equal(m.log_alpha, a.log_alpha)
+        assert all(torch.equal(p, q) for p, q in zip(m.net.parameters(), a.net.parameters()))
+    assert torch.equal(batched.log_alpha, torch.stack([m.log_alpha for m in members]))  # the current values
+
+
+def test_gradients_taken_directly_have_the_members_layout():
+    """``torch.autograd.grad`` (SAC's actor step) hands each member a gradient laid out as its parameter, as
+    ``addmm`` does alone: a fused Adam reads a strided gradient in memory order, i.e. wrongly."""
+    members = _members(lambda: mlp(5, (32, 32), 4, "relu"), S=2)
+    params = [p for m in members for p in m.parameters()]
+    grads = torch.autograd.grad(seed_stack(members)(torch.randn(2, 64, 5)).sum(), params)
+    assert all(g.is_contiguous() and g.stride() == p.stride() for g, p in zip(grads, params))

@@ -21,6 +21,10 @@ SEEDS = (0, 3, 7)
 # Pendulum's one action) the per-seed path; dims to the end of the update (S, E, B) all exercised
 IQL = registry.get("iql").default_config(actor_hidden=(64, 64), critic_hidden=(64, 64), value_hidden=(64, 64),
                                          cosine_steps=60)
+# CQL with WSRL's defaults (10 LayerNorm critics, subsets of 2, LayerNorm actor, 10 samples of each kind) at width 64:
+# random draws inside the update (subsets, policy samples, uniform actions) from each seed's generator
+CONFIGS = {a: registry.get(a).default_config(actor_hidden=(64, 64), critic_hidden=(64, 64)) for a in ("cql", "calql")}
+CONFIGS["iql"] = IQL
 
 
 @pytest.fixture(scope="module")
@@ -53,22 +57,23 @@ def _metrics(run_dir) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("wall_time", "updates_per_s")} for r in rows]
 
 
-def _alone(dataset, tmp_path, seed):
+def _alone(dataset, tmp_path, seed, algo="iql"):
     run = dataclasses.replace(_cfg(dataset), seed=seed)
-    return train_offline(run, "iql", IQL, tmp_path / f"alone_{seed}")
+    return train_offline(run, algo, CONFIGS[algo], tmp_path / f"alone_{seed}")
 
 
-def test_each_seed_equals_its_run_alone(dataset, tmp_path):
+@pytest.mark.parametrize("algo", ["iql", "cql", "calql"])
+def test_each_seed_equals_its_run_alone(algo, dataset, tmp_path):
     runs = [dataclasses.replace(_cfg(dataset), seed=s) for s in SEEDS]
     dirs = [tmp_path / "seeds" / f"seed_{s}" for s in SEEDS]
-    results = train_seeds(runs, "iql", IQL, dirs)
+    results = train_seeds(runs, algo, CONFIGS[algo], dirs)
     assert [r.step for r in results] == [60] * 3
     for seed, res, d in zip(SEEDS, results, dirs):
-        alone = _alone(dataset, tmp_path, seed)
+        alone = _alone(dataset, tmp_path, seed, algo)
         assert _same_state(res.algo.state_dict(), alone.algo.state_dict()) == []
         assert _metrics(d) == _metrics(tmp_path / f"alone_{seed}")
-        ck = load_checkpoint(d / "checkpoints" / "latest.pt", expect_algo="iql")
-        ck_alone = load_checkpoint(tmp_path / f"alone_{seed}" / "checkpoints" / "latest.pt", expect_algo="iql")
+        ck = load_checkpoint(d / "checkpoints" / "latest.pt", expect_algo=algo)
+        ck_alone = load_checkpoint(tmp_path / f"alone_{seed}" / "checkpoints" / "latest.pt", expect_algo=algo)
         assert _same_state(ck["rng"], ck_alone["rng"]) == [] and ck["rng"]["python"] == ck_alone["rng"]["python"]
         assert ck["config"] == {**ck_alone["config"]}
         assert load_config(d / "config.json")[1] == load_config(tmp_path / f"alone_{seed}" / "config.json")[1]
@@ -76,13 +81,14 @@ def test_each_seed_equals_its_run_alone(dataset, tmp_path):
     assert _same_state(results[0].algo.state_dict()["actor"], results[1].algo.state_dict()["actor"])
 
 
-def test_a_cut_seeds_run_resumes_to_the_uninterrupted_end(dataset, tmp_path):
+@pytest.mark.parametrize("algo", ["iql", "cql"])
+def test_a_cut_seeds_run_resumes_to_the_uninterrupted_end(algo, dataset, tmp_path):
     runs = [dataclasses.replace(_cfg(dataset), seed=s) for s in SEEDS[:2]]
-    full = train_seeds(runs, "iql", IQL, [tmp_path / "full" / f"seed_{s}" for s in SEEDS[:2]])
+    full = train_seeds(runs, algo, CONFIGS[algo], [tmp_path / "full" / f"seed_{s}" for s in SEEDS[:2]])
     cut_dirs = [tmp_path / "cut" / f"seed_{s}" for s in SEEDS[:2]]
-    train_seeds(runs, "iql", IQL, cut_dirs, max_iterations=25)
+    train_seeds(runs, algo, CONFIGS[algo], cut_dirs, max_iterations=25)
     assert [load_checkpoint(d / "checkpoints" / "latest.pt")["counters"]["step"] for d in cut_dirs] == [25, 25]
-    resumed = train_seeds(runs, "iql", IQL, cut_dirs, resume=True)
+    resumed = train_seeds(runs, algo, CONFIGS[algo], cut_dirs, resume=True)
     for a, b, d in zip(full, resumed, cut_dirs):
         assert b.step == 60 and _same_state(a.algo.state_dict(), b.algo.state_dict()) == []
         assert _metrics(d) == _metrics(tmp_path / "full" / d.name)
@@ -91,6 +97,11 @@ def test_a_cut_seeds_run_resumes_to_the_uninterrupted_end(dataset, tmp_path):
 FLAGS = ["--env", "torch:Pendulum", "--total-steps", "20", "--eval-every", "0", "--eval-episodes", "1",
          "--log-every", "10", "--checkpoint-every", "10", "--batch-size", "32", "--actor-hidden", "16", "16",
          "--critic-hidden", "16", "16", "--value-hidden", "16", "16", "--threads", "1", "--no-progress"]
+
+
+def _without(flags: list[str], name: str, values: int) -> list[str]:
+    i = flags.index(name)
+    return flags[:i] + flags[i + 1 + values:]
 
 
 def test_cli_seeds_run_layout_and_resume(dataset, tmp_path, capsys):
@@ -108,7 +119,8 @@ def test_cli_seeds_run_layout_and_resume(dataset, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["cql", "--seeds", "0", "1"], "--seeds is not available for 'cql'"),
+    (["sac", "--seeds", "0", "1"], "--seeds is not available for 'sac'"),
+    (["cql", "--seeds", "0", "1", "--compile"], "--compile"),
     (["iql", "--seeds", "0", "1", "0"], "seed 0 more than once"),
     (["iql", "--seeds", "0", "1", "--seed", "3"], "--seeds and --seed were both given"),
     (["iql", "--seed", "3", "--seeds", "0", "1"], "--seeds and --seed were both given"),
@@ -118,7 +130,8 @@ def test_cli_seeds_run_layout_and_resume(dataset, tmp_path, capsys):
 ])
 def test_bad_seeds_input_is_one_sentence_and_writes_nothing(args, words, dataset, tmp_path, capsys):
     run_dir = tmp_path / "new" / "r"
-    assert main(["train", args[0], "--dataset", dataset, *FLAGS, *args[1:], "--run-dir", str(run_dir)]) == 2
+    flags = FLAGS if args[0] == "iql" else _without(FLAGS, "--value-hidden", 2)
+    assert main(["train", args[0], "--dataset", dataset, *flags, *args[1:], "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and err.count("\n") == 0
     assert not (tmp_path / "new").exists()
@@ -139,20 +152,29 @@ def test_seeds_with_resume_and_a_wrong_dataset_are_refused(dataset, tmp_path, ca
 
 
 def test_every_seed_layout_names_what_its_algorithm_has():
-    """A registered seed layout names modules, optimizers/schedulers and tensor lists an instance really holds."""
+    """A registered seed layout names modules, optimizers/schedulers, tensor lists, tensors, counters and parts an
+    instance really holds (a part by its own layout, recursively)."""
     from ctrl_rl.envs.registry import spec_of
     from ctrl_rl.envs.wrappers import rescaled_spec
 
     spec = rescaled_spec(spec_of("torch:Pendulum"))
     entries = [e for e in registry.entries() if e.seed_layout is not None]
-    assert entries
+    assert {"iql", "cql", "calql"} <= {e.name for e in entries}
+
+    def check(obj, layout, name):
+        assert all(isinstance(getattr(obj, n), torch.nn.Module) for n in layout.modules), name
+        assert all(callable(getattr(getattr(obj, n), "step", None)) for n in layout.each
+                   if getattr(obj, n) is not None), name
+        assert all(isinstance(getattr(obj, n), list) for n in layout.lists), name
+        assert all(isinstance(getattr(obj, n), (torch.Tensor, type(None))) for n in layout.tensors), name
+        assert all(isinstance(getattr(obj, n), int) for n in layout.counters), name
+        for part, sub in layout.parts:
+            check(getattr(obj, part), sub, f"{name}.{part}")
+
     for e in entries:
-        layout = e.seed_layout
-        assert layout is not None
-        algo = e.make(e.default_config(), spec, "cpu", torch.Generator())
-        assert all(isinstance(getattr(algo, n), torch.nn.Module) for n in layout.modules), e.name
-        assert all(callable(getattr(getattr(algo, n), "step", None)) for n in layout.each), e.name
-        assert all(isinstance(getattr(algo, n), list) for n in layout.lists), e.name
+        assert e.seed_layout is not None
+        for cfg in (e.default_config(), e.default_config(lagrange=True)) if e.name != "iql" else (e.default_config(),):
+            check(e.make(cfg, spec, "cpu", torch.Generator()), e.seed_layout, e.name)
 
 
 def test_a_seeds_run_stopped_before_its_first_checkpoint_restarts(dataset, tmp_path, capsys):
