@@ -305,7 +305,6 @@ class SAC:
         self.alpha_opt = (torch.optim.Adam([self.log_alpha], lr=c.alpha_lr, betas=betas, fused=True)
                           if c.learn_alpha else None)
         self.actor_renorm = _has_batch_renorm(self.actor)
-        self._all_members = torch.arange(c.num_critics, device=self.device)  # [N]
         # EDAC's action-gradients without autograd's double backward where the critics allow it (ReLU, no norms)
         self._edac_direct = c.activation == "relu" and not c.layer_norm and not c.crossq
         if c.compile:
@@ -383,7 +382,7 @@ class SAC:
         f, f_next = feats if feats is not None else self.features(batch)  # [B,F] each
         B = f.shape[0]
         if c.target_subset == c.num_critics:
-            subset = self._all_members  # [M]: every member, no draw needed
+            subset = None  # every member: no draw, no gather
         else:
             subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
         if next_sample is None:
@@ -413,7 +412,9 @@ class SAC:
         loss = sq.mean() if c.critic_reduction == "mean" else sq.mean(1).sum()
         qd = q.detach()  # [E,B]
         info = {"stats/q_max": qd.max(),
-                "stats/q_member_std": qd.std(0).mean() if qd.shape[0] > 1 else qd.new_zeros(())}
+                # the members' standard deviation written out (torch.std over the 2 members was ~3 times slower)
+                "stats/q_member_std": ((qd - qd.mean(0)).square().sum(0) / (qd.shape[0] - 1)).sqrt().mean()
+                if qd.shape[0] > 1 else qd.new_zeros(())}
         if c.edac_eta > 0:
             if not self._edac_direct:
                 # member i's Q depends on a_e[i] only, so one gradient of the sum gives every member's [E,B,A]

@@ -219,6 +219,10 @@ def ab_main(a: argparse.Namespace) -> None:
                     print(f"repeat {rep} {algo} t{th} {name:8s} {s * 1e3:7.2f} ms/update  load {loads[-1]:.2f}",
                           flush=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
+    # after / before within each repeat (the two workers ran back to back): steadier than the ratio of medians when
+    # the machine's load moves between repeats
+    paired = {f"{algo}@{th}": [x / y for x, y in zip(runs[f"{algo}@{th}/after"], runs[f"{algo}@{th}/before"])]
+              for algo in a.ab_algos for th in threads}
     p = {"what": "ms per SAC.update of two trees, same run (experiments/sac_default_speed --ab-before)",
          "command": "python experiments/sac_default_speed/sac_default_speed.py " + " ".join(sys.argv[1:]),
          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -231,6 +235,7 @@ def ab_main(a: argparse.Namespace) -> None:
          "runs_s": runs, "median_s": med,
          "after_over_before": {f"{algo}@{th}": med[f"{algo}@{th}/after"] / med[f"{algo}@{th}/before"]
                                for algo in a.ab_algos for th in threads},
+         "after_over_before_per_repeat": paired,
          "wall_s": time.perf_counter() - t_start}
     lines = [f"# SAC.update, same-run A/B ({p['date']})", ""]
     lines += [f"- {n}: `{t['path']}` at {t['head']}" for n, t in p["trees"].items()]
@@ -245,7 +250,10 @@ def ab_main(a: argparse.Namespace) -> None:
                 v = runs[f"{algo}@{th}/{n}"]
                 lines.append(f"| {algo} | {th} | {n} | {statistics.median(v) * 1e3:.2f} | "
                              + ", ".join(f"{x * 1e3:.2f}" for x in v) + " |")
-            lines.append(f"| {algo} | {th} | after / before | **{p['after_over_before'][f'{algo}@{th}']:.3f}** | |")
+            pr = paired[f"{algo}@{th}"]
+            lines.append(f"| {algo} | {th} | after / before | **{p['after_over_before'][f'{algo}@{th}']:.3f}** "
+                         f"(per repeat {', '.join(f'{x:.3f}' for x in pr)}; their median {statistics.median(pr):.3f}) "
+                         "| |")
     lines += ["", f"`{p['command']}`", ""]
     write_result(a.name, p, "\n".join(lines), folder=RESULTS)
     print("\n".join(lines))
