@@ -161,7 +161,9 @@ class EnsembleMLP(nn.Module):
         masks: list[torch.Tensor] = []
         for layer in layers[:-1]:
             x = torch.relu(layer(x))  # [E,B,H]
-            masks.append(x > 0)  # [E,B,H] bool: no gradient flows through it
+            # [E,B,H]: 1 where the ReLU passed, else 0 (x >= 0); no gradient flows through it. Float, not a bool
+            # x > 0: a bool mask is converted to float by every product with it, forward and backward
+            masks.append(x.detach().sign())
         y = layers[-1](x).squeeze(-1)  # [E,B]
         g = layers[-1].weight.transpose(1, 2) * masks[-1]  # [E,B,H]: dy/dz of the last hidden layer
         for layer, mask in zip(layers[-2:0:-1], masks[-2::-1]):
