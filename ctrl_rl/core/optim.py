@@ -17,10 +17,11 @@ import torch
 def adam_step(opt: torch.optim.Optimizer) -> None:
     """``opt.step()`` for a fused Adam: ``torch._fused_adam_`` on every parameter with a gradient, per group (the
     step counts incremented first, as ``Adam.step`` does). Falls back to ``opt.step()`` where this path does not
-    reproduce it: anything but a ``torch.optim.Adam`` (another optimizer, ``core.seeds.Each``'s S members), a
-    parameter's first step (the state is created there), amsgrad, a non-fused or differentiable optimizer, tensor
-    hyperparameters, gradient scaling, or parameters of several devices or dtypes in a group."""
-    calls = _fused_calls(opt) if type(opt) is torch.optim.Adam else None
+    reproduce it: anything but a ``torch.optim.Adam`` (another optimizer, ``core.seeds.Each``'s S members), tracing
+    by torch.compile, a parameter's first step (the state is created there), amsgrad, a non-fused or differentiable
+    optimizer, tensor hyperparameters, gradient scaling, or parameters of several devices or dtypes in a group."""
+    # under torch.compile (SAC's --compile) dynamo traces Adam.step itself; the raw in-place kernel cannot be traced
+    calls = _fused_calls(opt) if type(opt) is torch.optim.Adam and not torch.compiler.is_compiling() else None
     if calls is None:
         opt.step()  # pyright: ignore[reportUnknownMemberType]  (torch stub gap: Optimizer.step's return)
         return

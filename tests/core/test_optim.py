@@ -71,3 +71,21 @@ def test_adam_step_falls_back_to_step_for_other_optimizers() -> None:
     x.grad = torch.ones(3)
     adam_step(Counting([x], lr=0.5))
     assert calls == [1] and torch.equal(x.detach(), torch.full((3,), 0.5))
+
+
+def test_adam_step_under_torch_compile_is_the_optimizers_step() -> None:
+    """SAC's --compile traces its steps: adam_step then leaves the step to Adam.step (the raw kernel cannot be
+    traced), with the same result."""
+    a, opt_a, b, opt_b = _pair(fused=True)
+
+    def step(opt: torch.optim.Adam) -> None:
+        adam_step(opt)
+
+    compiled = torch.compile(step)
+    for k in range(3):
+        _grads(a, k)
+        _grads(b, k)
+        opt_a.step()
+        compiled(opt_b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-7)
