@@ -104,7 +104,9 @@ def update_worker(a: argparse.Namespace) -> None:
     for _ in range(a.warmup_updates):  # allocator, first-call costs, optimizer state
         algo.update(sample())
     if a.time_only:  # the A/B: time only, nothing else in the process
-        print(json.dumps({"threads": a.threads, "algo": a.algo, "s_per_update_blocks": time_blocks(algo, batches, a),
+        cpu: list[float] = []
+        print(json.dumps({"threads": a.threads, "algo": a.algo,
+                          "s_per_update_blocks": time_blocks(algo, batches, a, cpu), "cpu_s_per_update_blocks": cpu,
                           "ctrl_rl": sys.modules["ctrl_rl"].__file__}))
         return
     flops = matmul_flops(lambda: algo.update(batches[0]))
@@ -127,15 +129,18 @@ def update_worker(a: argparse.Namespace) -> None:
                       "hidden": {"actor": list(cfg.actor_hidden), "critic": list(cfg.critic_hidden)}}))
 
 
-def time_blocks(algo, batches: list, a: argparse.Namespace) -> list[float]:
-    """Seconds per update of each of ``a.turns`` blocks over ``batches``."""
+def time_blocks(algo, batches: list, a: argparse.Namespace, cpu: list[float] | None = None) -> list[float]:
+    """Seconds per update of each of ``a.turns`` blocks over ``batches`` (wall clock); the process's CPU seconds per
+    update of each block are appended to ``cpu`` when given."""
     blocks = []
     for _ in range(a.turns):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for b in batches:
             info = algo.update(b)
         float(next(iter(info.values())))  # one host sync at the end of the block
         blocks.append((time.perf_counter() - t0) / len(batches))
+        if cpu is not None:
+            cpu.append((time.process_time() - c0) / len(batches))
     return blocks
 
 
@@ -198,6 +203,7 @@ def ab_main(a: argparse.Namespace) -> None:
     threads = a.update_threads or [1]
     t_start, load_before = time.perf_counter(), os.getloadavg()
     runs: dict[str, list[float]] = {}
+    cpu_runs: dict[str, list[float]] = {}  # the worker's CPU seconds per update: less moved by other jobs' load
     loads: list[float] = []
     for rep in range(a.repeats):
         for th in threads:
@@ -216,8 +222,10 @@ def ab_main(a: argparse.Namespace) -> None:
                     assert Path(res["ctrl_rl"]).resolve().is_relative_to(trees[name].resolve()), res["ctrl_rl"]
                     s = statistics.median(res["s_per_update_blocks"])
                     runs.setdefault(f"{algo}@{th}/{name}", []).append(s)
-                    print(f"repeat {rep} {algo} t{th} {name:8s} {s * 1e3:7.2f} ms/update  load {loads[-1]:.2f}",
-                          flush=True)
+                    cpu = statistics.median(res["cpu_s_per_update_blocks"])
+                    cpu_runs.setdefault(f"{algo}@{th}/{name}", []).append(cpu)
+                    print(f"repeat {rep} {algo} t{th} {name:8s} {s * 1e3:7.2f} ms/update (CPU "
+                          f"{cpu_runs[f'{algo}@{th}/{name}'][-1] * 1e3:7.2f} ms)  load {loads[-1]:.2f}", flush=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
     # after / before within each repeat (the two workers ran back to back): steadier than the ratio of medians when
     # the machine's load moves between repeats
@@ -235,7 +243,10 @@ def ab_main(a: argparse.Namespace) -> None:
          "runs_s": runs, "median_s": med,
          "after_over_before": {f"{algo}@{th}": med[f"{algo}@{th}/after"] / med[f"{algo}@{th}/before"]
                                for algo in a.ab_algos for th in threads},
-         "after_over_before_per_repeat": paired,
+         "after_over_before_per_repeat": paired, "cpu_runs_s": cpu_runs,
+         "cpu_after_over_before": {f"{algo}@{th}": statistics.median(cpu_runs[f"{algo}@{th}/after"])
+                                   / statistics.median(cpu_runs[f"{algo}@{th}/before"])
+                                   for algo in a.ab_algos for th in threads},
          "wall_s": time.perf_counter() - t_start}
     lines = [f"# SAC.update, same-run A/B ({p['date']})", ""]
     lines += [f"- {n}: `{t['path']}` at {t['head']}" for n, t in p["trees"].items()]
@@ -243,17 +254,20 @@ def ab_main(a: argparse.Namespace) -> None:
               f"blocks; obs {OBS}, action {ACT}, batch {BATCH}, CLI defaults of each algorithm; {os.cpu_count()} "
               f"CPUs, load average (1 min) at the workers {min(loads):.2f}-{max(loads):.2f}; script wall time "
               f"{p['wall_s'] / 60:.1f} min.", "",
-              "| algorithm | threads | tree | ms / update (median) | per worker |", "|---|---|---|---|---|"]
+              "| algorithm | threads | tree | ms / update (median) | per worker "
+              "| CPU ms / update (median; per worker) |",
+              "|---|---|---|---|---|---|"]
     for algo in a.ab_algos:
         for th in threads:
             for n in trees:
-                v = runs[f"{algo}@{th}/{n}"]
+                v, cv = runs[f"{algo}@{th}/{n}"], cpu_runs[f"{algo}@{th}/{n}"]
                 lines.append(f"| {algo} | {th} | {n} | {statistics.median(v) * 1e3:.2f} | "
-                             + ", ".join(f"{x * 1e3:.2f}" for x in v) + " |")
+                             + ", ".join(f"{x * 1e3:.2f}" for x in v) + f" | {statistics.median(cv) * 1e3:.2f}; "
+                             + ", ".join(f"{x * 1e3:.2f}" for x in cv) + " |")
             pr = paired[f"{algo}@{th}"]
             lines.append(f"| {algo} | {th} | after / before | **{p['after_over_before'][f'{algo}@{th}']:.3f}** "
                          f"(per repeat {', '.join(f'{x:.3f}' for x in pr)}; their median {statistics.median(pr):.3f}) "
-                         "| |")
+                         f"| | **{p['cpu_after_over_before'][f'{algo}@{th}']:.3f}** |")
     lines += ["", f"`{p['command']}`", ""]
     write_result(a.name, p, "\n".join(lines), folder=RESULTS)
     print("\n".join(lines))
