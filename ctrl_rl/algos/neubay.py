@@ -66,6 +66,7 @@ from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sam
 from ctrl_rl.core.losses import td_target
 from ctrl_rl.core.nets import EnsembleLinear, norm_block
 from ctrl_rl.core.obs import Obs
+from ctrl_rl.core.optim import set_grads
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.sequence import LRUEncoder
 from ctrl_rl.core.validate import check_fields
@@ -405,8 +406,7 @@ class NeuBay:
         q_pi = self.critic(zc, a).mean(0)  # [T] mean over heads
         loss_pi, pi_real, pi_imag = mixed_mean(self.alpha * logp - q_pi, batch.real, c.real_weight)
         grads = torch.autograd.grad(loss_pi, self.actor_params, allow_unused=True)
-        for p, g in zip(self.actor_params, grads):
-            p.grad = g
+        set_grads(self.actor_params, grads)  # in each parameter's layout (core.optim)
         self._apply(self.actor_opt, self.actor_groups)
         entropy = -logp.detach()  # [T]
         _, h_real, h_imag = mixed_mean(entropy, batch.real, c.real_weight)

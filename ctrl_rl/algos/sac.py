@@ -63,7 +63,7 @@ from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_s
 from ctrl_rl.core.losses import edac_diversity, td_target
 from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleLinear, EnsembleMLP, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
-from ctrl_rl.core.optim import adam_step
+from ctrl_rl.core.optim import adam_step, set_grads
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
 from ctrl_rl.core.seeds import SeedLayout
@@ -463,8 +463,7 @@ class SAC:
         """One optimizer step of the actor on ``loss``. Gradients are taken for the actor's parameters only:
         the critics' weight gradients of an actor loss are never computed."""
         grads = torch.autograd.grad(loss.sum(), self.actor_params, allow_unused=True)  # [S] losses: each its own
-        for p, g in zip(self.actor_params, grads):
-            p.grad = g
+        set_grads(self.actor_params, grads)  # in each parameter's layout (core.optim)
         adam_step(self.actor_opt)
 
     def alpha_step(self, logp: torch.Tensor) -> dict[str, torch.Tensor]:

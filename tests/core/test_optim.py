@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from ctrl_rl.core.optim import adam_step
+from ctrl_rl.core.optim import adam_step, set_grads
 
 
 def _pair(**kw) -> tuple[list[torch.Tensor], torch.optim.Adam, list[torch.Tensor], torch.optim.Adam]:
@@ -89,3 +89,23 @@ def test_adam_step_under_torch_compile_is_the_optimizers_step() -> None:
         compiled(opt_b)
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("step", ["opt.step", "adam_step"])
+def test_set_grads_lays_a_strided_gradient_out_like_its_parameter(step: str) -> None:
+    """A fused Adam reads .grad in memory order: a transposed gradient assigned as is would update the wrong
+    elements; set_grads hands it over in the parameter's layout, so the step equals the one on a contiguous copy."""
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    ref = torch.nn.Parameter(w.detach().clone())
+    g = torch.randn(3, 4).t()  # [4,3] with transposed strides, as a weight gradient of a transposed product
+    assert not g.is_contiguous()
+    opts = [torch.optim.Adam([p], lr=0.1, fused=True) for p in (w, ref)]
+    set_grads([w], (g,))
+    ref.grad = g.contiguous()
+    assert w.grad is not None and w.grad.stride() == w.stride()
+    for opt in opts:
+        opt.step() if step == "opt.step" else adam_step(opt)
+    torch.testing.assert_close(w, ref, rtol=0, atol=0)
+    set_grads([w], (None,))  # an unused parameter keeps no gradient
+    assert w.grad is None
