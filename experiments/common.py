@@ -144,6 +144,14 @@ def git(*args: str, cwd: Path = ROOT) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
+def git_head(tree: Path) -> str:
+    """``<short sha> <subject>`` of a tree's HEAD, marked when its ctrl_rl/ has uncommitted changes (A/B reports)."""
+    r = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=tree, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "ctrl_rl"], cwd=tree,
+                           capture_output=True, text=True).stdout.strip()
+    return r.stdout.strip()[:90] + (" (+ uncommitted changes in ctrl_rl/)" if dirty else "")
+
+
 def worktree(rev: str) -> dict:
     """A detached worktree of ``rev`` at /tmp/ctrl_rl_ab/<short-sha> (reused when present and at that commit)."""
     sha = git("rev-parse", "--verify", f"{rev}^{{commit}}")

@@ -58,7 +58,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # experiments/: common.py, peers/
-from common import ROOT, git_commit, write_result  # noqa: E402
+from common import ROOT, git_commit, git_head, write_result  # noqa: E402
 
 RESULTS = HERE  # this study's folder: its results live beside the script
 OBS, ACT, BATCH, ROWS = 17, 6, 256, 100_000  # HalfCheetah-v5 sizes
@@ -271,13 +271,6 @@ def ab_main(a: argparse.Namespace) -> None:
     lines += ["", f"`{p['command']}`", ""]
     write_result(a.name, p, "\n".join(lines), folder=RESULTS)
     print("\n".join(lines))
-
-
-def git_head(tree: Path) -> str:
-    r = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=tree, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "ctrl_rl"], cwd=tree,
-                           capture_output=True, text=True).stdout.strip()
-    return r.stdout.strip()[:90] + (" (+ uncommitted changes in ctrl_rl/)" if dirty else "")
 
 
 def markdown(p: dict) -> str:

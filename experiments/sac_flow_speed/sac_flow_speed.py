@@ -43,7 +43,7 @@ from typing import cast
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))  # experiments/: common.py
-from common import matmul_flops, synthetic_replay  # noqa: E402
+from common import git_head, matmul_flops, synthetic_replay  # noqa: E402
 
 OBS, ACT, BATCH, ROWS = 11, 3, 256, 100_000
 VARIANTS = ("sac", "gated", "decoded", "naive")
@@ -137,13 +137,6 @@ def run_worker(tree: Path, a: argparse.Namespace, threads: int, seed: int) -> di
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert Path(res["ctrl_rl"]).resolve().is_relative_to(tree.resolve()), f"ctrl_rl came from {res['ctrl_rl']}"
     return res
-
-
-def git_head(tree: Path) -> str:
-    r = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=tree, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "ctrl_rl"], cwd=tree,
-                           capture_output=True, text=True).stdout.strip()
-    return r.stdout.strip()[:90] + (" (+ uncommitted changes in ctrl_rl/)" if dirty else "")
 
 
 def markdown(p: dict) -> str:
