@@ -442,15 +442,7 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool, restartable:
                 shutil.rmtree(created, ignore_errors=True)  # refused before anything was written: leave nothing
             raise
         if dist_info.is_main:
-            png = None
-            try:
-                from ctrl_rl.plot import plot_run
-
-                png = plot_run(run_dir)
-            except Exception as e:  # a plot must never fail a finished run
-                print(f"ctrl-rl: could not draw the learning curve ({e})", file=sys.stderr)
-            print(json.dumps({"run_dir": str(run_dir), "step": res.step, "episode_return": res.last_return,
-                              "wall_time_s": round(res.wall_time, 1)}))
+            png = _report_run(run_dir, res)
             print(f"run:         {run_dir}\ncheckpoint:  {run_dir / 'checkpoints' / 'latest.pt'}\n"
                   f"tensorboard: tensorboard --logdir {run_dir}\nplot:        {png}")
     finally:
@@ -458,6 +450,21 @@ def _run_training(algo: str, run, cfg, run_dir: Path, resume: bool, restartable:
             lock.release()
         D.shutdown()
     return 0
+
+
+def _report_run(run_dir: Path, res) -> Path | None:
+    """A finished run's learning-curve PNG (None where it could not be drawn: a plot never fails a run) and its
+    one-line JSON summary on stdout."""
+    png = None
+    try:
+        from ctrl_rl.plot import plot_run
+
+        png = plot_run(run_dir)
+    except Exception as e:  # a plot must never fail a finished run
+        print(f"ctrl-rl: could not draw the learning curve of {run_dir} ({e})", file=sys.stderr)
+    print(json.dumps({"run_dir": str(run_dir), "step": res.step, "episode_return": res.last_return,
+                      "wall_time_s": round(res.wall_time, 1)}))
+    return png
 
 
 def _unstarted_seeds_run(algo: str, parent: Path, seeds: list[int]) -> bool:
@@ -523,15 +530,8 @@ def _run_seeds(algo: str, runs: list, cfg, parent: Path, resume: bool, restart: 
 
                 shutil.rmtree(created, ignore_errors=True)  # refused before anything was written: leave nothing
             raise
-        from ctrl_rl.plot import plot_run
-
         for d, res in zip(dirs, results):
-            try:
-                plot_run(d)
-            except Exception as e:  # a plot must never fail a finished run
-                print(f"ctrl-rl: could not draw the learning curve of {d} ({e})", file=sys.stderr)
-            print(json.dumps({"run_dir": str(d), "step": res.step, "episode_return": res.last_return,
-                              "wall_time_s": round(res.wall_time, 1)}))
+            _report_run(d, res)
         print(f"seeds-run:   {parent} ({len(dirs)} seeds: {', '.join(d.name for d in dirs)})\n"
               f"tensorboard: tensorboard --logdir {parent}")
     finally:
