@@ -225,3 +225,36 @@ def successful_episode_steps(
         keep[t] = outcome
     before = torch.cumsum(ended.long(), 0) - ended.long()  # [T,N] episodes ended before step t
     return keep & ((before > 0) | fresh[None])
+
+
+def nstep_return(
+    reward: torch.Tensor,  # [B,n] rewards of the chain's steps: j = 0 is the sampled transition, j the env's j-th next
+    terminated: torch.Tensor,  # [B,n] bool: true termination at step j
+    truncated: torch.Tensor,  # [B,n] bool: time-limit cut at step j
+    valid: torch.Tensor,  # [B,n] bool: step j is stored (False past the newest step of the env); valid[:, 0] all True
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n-step returns of transition chains (Sutton & Barto ch. 7; FastTD3's n = 3), correct at episode ends.
+
+    A chain stops at its last step ``L``: the first step that ends an episode (terminated or truncated), else the
+    last valid step (at most ``n - 1``). With ``j = 0..L``::
+
+        R = sum_j gamma^j r_j,    discount = gamma^(L+1),    y = R + discount * (1 - terminated_L) * V(s'_L)
+
+    where ``s'_L`` is step L's next observation (``final_obs`` at an episode end). A truncated step ends the chain
+    and is bootstrapped from (the return never runs into the next episode); a terminated one is not. A chain cut
+    short by the newest stored step is bootstrapped like a shorter n. Returns ``(R [B], L [B] int64,
+    discount [B])``; with n = 1 it is ``(r, 0, gamma)``, the one-step transition.
+    """
+    B, n = reward.shape
+    if terminated.shape != (B, n) or truncated.shape != (B, n) or valid.shape != (B, n):
+        raise ValueError(f"nstep_return expects equal [B,n] shapes, got reward {tuple(reward.shape)}, terminated "
+                         f"{tuple(terminated.shape)}, truncated {tuple(truncated.shape)}, valid {tuple(valid.shape)}")
+    ends = terminated | truncated  # [B,n]
+    ends = torch.cat([ends[:, :-1] | ~valid[:, 1:], torch.ones_like(ends[:, :1])], 1)  # [B,n] the chain stops here
+    last = ends.to(torch.uint8).argmax(1)  # [B] first stop (argmax returns the first maximum)
+    steps = torch.arange(n, device=reward.device)  # [n]
+    powers = gamma ** steps.to(reward.dtype)  # [n]
+    keep = (steps.unsqueeze(0) <= last.unsqueeze(1)).to(reward.dtype)  # [B,n]
+    ret = (reward * keep * powers).sum(1)  # [B]
+    return ret, last, gamma ** (last + 1).to(reward.dtype)

@@ -9,7 +9,7 @@ of named parts (images uint8) with the same leading dims, e.g. ``{"image/top": [
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -39,3 +39,6 @@ class Transition:
     next_obs: Obs  # [B,O] (or a dict of parts [B,*part.shape])
     terminated: torch.Tensor  # [B] bool
     truncated: torch.Tensor  # [B] bool
+    # [B] bootstrap discount gamma^k of an n-step transition (storage.replay.NStepSampler); None: a one-step
+    # transition, discounted by the algorithm's own gamma. Keyword-only, so subclasses may add required fields.
+    discount: torch.Tensor | None = field(default=None, kw_only=True)

@@ -16,6 +16,9 @@ The buffer is preallocated on the training device, so memory stays flat however 
 ``next_obs`` must be the state the step reached: the protocol's ``final_obs`` (the pre-reset observation
 where an episode ended), so truncated transitions bootstrap correctly; ``terminated`` and ``truncated``
 are stored apart. Sampling takes an explicit ``torch.Generator``.
+
+``NStepSampler`` draws n-step transitions from a buffer that every ``add`` fills with one step of the same N envs:
+env i's next step then lies N rows further on (modulo the capacity), so a chain is a strided gather.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ctrl_rl.core.obs import (
     parts_from_shape,
     state_shape,
 )
+from ctrl_rl.core.returns import nstep_return
 from ctrl_rl.core.types import Transition
 
 _FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
@@ -217,3 +221,42 @@ class MixedSampler:
         return Transition(obs_cat([p.obs for p in parts]), torch.cat([p.action for p in parts]),
                           torch.cat([p.reward for p in parts]), obs_cat([p.next_obs for p in parts]),
                           torch.cat([p.terminated for p in parts]), torch.cat([p.truncated for p in parts]))
+
+
+class NStepSampler:
+    """n-step transitions from a ``ReplayBuffer`` whose every ``add`` held one step of the same ``stride`` envs (the
+    off-policy loop's N), so env i's step after row r is row ``(r + stride) % C``.
+
+    ``sample`` draws the first transitions exactly as ``buffer.sample`` does (same indices for the same generator
+    state), follows each one n - 1 steps along its env and returns ``Transition(obs, action, R, next_obs_L,
+    terminated_L, truncated_L, discount)`` of ``core.returns.nstep_return``: the chain stops at an episode end
+    (terminated: no bootstrap; truncated: bootstrapped from its ``final_obs``) or at the env's newest stored step.
+    ``discount [B]`` (``gamma^(L+1)``) replaces the algorithm's gamma in its TD target. With n = 1 the batch is
+    ``buffer.sample``'s plus ``discount = gamma``.
+    """
+
+    def __init__(self, buffer: ReplayBuffer, n: int, gamma: float, stride: int):
+        if n < 1 or stride < 1:
+            raise ValueError(f"n-step sampling needs n >= 1 and stride >= 1, got n={n}, stride={stride}")
+        if stride > buffer.capacity:
+            raise ValueError(f"n-step stride {stride} is larger than the replay capacity {buffer.capacity}")
+        self.buffer, self.n, self.gamma, self.stride = buffer, int(n), float(gamma), int(stride)
+        self._ahead = torch.arange(self.n, device=buffer.device) * self.stride  # [n] row offsets along an env
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Transition:
+        b = self.buffer
+        if b.added % self.stride:
+            raise ValueError(f"n-step sampling with stride {self.stride} needs a buffer filled {self.stride} rows at a "
+                             f"time, but {b.added} rows were added")
+        C = b.capacity
+        idx = b.sample_indices(batch_size, generator)  # [B]
+        newer = (b.ptr - 1 - idx) % C  # [B] rows written after row idx (the newest row is ptr - 1)
+        rows = (idx.unsqueeze(1) + self._ahead) % C  # [B,n] the env's next n - 1 steps
+        valid = self._ahead <= newer.unsqueeze(1)  # [B,n]
+        ret, last, discount = nstep_return(b.reward[rows], b.terminated[rows], b.truncated[rows], valid, self.gamma)
+        end = rows.gather(1, last.unsqueeze(1)).squeeze(1)  # [B] the row of the chain's last step
+        return Transition(obs_index(b.obs, idx), b.action[idx], ret, obs_index(b.next_obs, end), b.terminated[end],
+                          b.truncated[end], discount=discount)
