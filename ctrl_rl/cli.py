@@ -2,7 +2,7 @@
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
-    ctrl-rl train iql|cql|calql --dataset ID --seeds 0 1 2 [--run-dir DIR] ...   (several seeds in one process,
+    ctrl-rl train iql|cql|calql|sac ... --seeds 0 1 2 [--run-dir DIR] ...   (several seeds in one process,
                        batched networks, one run directory per seed under DIR; --resume DIR continues them all)
     ctrl-rl train ALGO --dataset LEROBOT_DIR [--robot NAME] ...   (no --env: real-robot data, the robot's spec from
                        the dataset's robot_type or --robot, no simulator and no evaluation)
@@ -186,9 +186,10 @@ def _pop_value(args: list[str], flag: str) -> str | None:
 
 SEEDS_HELP = """
 --seeds K1 K2 ...
-    Train one run per seed in this one process, the seeds' networks batched (the offline algorithms: IQL, CQL,
-    Cal-QL): --run-dir DIR (default runs/ALGO-ENV-seedsK1_K2_...-TIME) holds seeds.json and one complete run
-    directory per seed, DIR/seed_K, equal bit for bit at a fixed --threads to the run --seed K alone.
+    Train one run per seed in this one process, the seeds' networks batched (IQL, CQL, Cal-QL on --dataset; SAC
+    online, each seed with its own envs and replay): --run-dir DIR (default runs/ALGO-ENV-seedsK1_K2_...-TIME) holds
+    seeds.json and one complete run directory per seed, DIR/seed_K, equal bit for bit at a fixed --threads to the
+    run --seed K alone.
     --resume DIR continues every seed. Not together with --seed."""
 
 

@@ -66,7 +66,7 @@ from ctrl_rl.core.distributions import tanh_normal_sample
 from ctrl_rl.core.nets import EnsembleLinear, EnsembleMLP
 from ctrl_rl.core.obs import Obs
 from ctrl_rl.core.returns import polyak_
-from ctrl_rl.core.seeds import SeedLayout, rand, randperm
+from ctrl_rl.core.seeds import SeedLayout, rand, randperm, select_members
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.errors import UserInputError
@@ -165,16 +165,6 @@ def dataset_mc_returns(dataset: OfflineDataset, gamma: float,
         0, dataset.episode_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long))
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])  # [K+1]
     return discounted_returns_to_go(dataset.reward[keep], offsets, gamma, sparse_negative_reward)
-
-
-def select_members(t: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
-    """``t [E,...]`` at ``members [M]`` -> ``[M,...]`` (``index_select``); seed-batched, ``t [S,E,...]`` at each seed's
-    ``members [S,M]`` -> ``[S,M,...]`` (one ``index_select`` over the flattened ``[S*E,...]``: the same copies)."""
-    if members.dim() == 1:
-        return t.index_select(0, members)
-    S, E = t.shape[:2]
-    rows = (members + E * torch.arange(S, device=members.device).unsqueeze(-1)).flatten()  # [S*M]
-    return t.flatten(0, 1).index_select(0, rows).view(*members.shape, *t.shape[2:])
 
 
 def _member_affine(bias: torch.Tensor, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -66,7 +66,7 @@ from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.optim import adam_step, set_grads
 from ctrl_rl.core.policies import DeterministicPolicy
 from ctrl_rl.core.returns import polyak_
-from ctrl_rl.core.seeds import SeedLayout
+from ctrl_rl.core.seeds import SeedLayout, randperm
 from ctrl_rl.core.types import Transition
 from ctrl_rl.core.validate import check_fields
 from ctrl_rl.envs.protocol import EnvSpec
@@ -215,7 +215,7 @@ class Actor(SACActor):
         are independent: no BatchRenorm here). Returns ``(a [2B,A], log pi [2B])``, the ``obs_next`` rows first."""
         with torch.no_grad():
             out_next = self.net(obs_next)  # [B,2A]
-        mean, log_std = torch.cat([out_next, self.net(obs)]).chunk(2, -1)  # [2B,A] each
+        mean, log_std = torch.cat([out_next, self.net(obs)], -2).chunk(2, -1)  # [*S,2B,A] each
         return tanh_normal_sample(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), generator)
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -379,23 +379,24 @@ class SAC:
         """One critic step (and encoder step); ``next_sample`` = (a' [B,A], log pi(a'|s') [B]) if already drawn (no
         gradient); ``feats`` = ``features(batch)`` if already computed."""
         c = self.config
-        f, f_next = feats if feats is not None else self.features(batch)  # [B,F] each
-        B = f.shape[0]
+        # dimensions count from the end: a seeds-run (core.seeds) gives every tensor a leading [S] ([*S,...])
+        f, f_next = feats if feats is not None else self.features(batch)  # [*S,B,F] each
+        B = f.shape[-2]
         if c.target_subset == c.num_critics:
             subset = None  # every member: no draw, no gather
         else:
-            subset = torch.randperm(c.num_critics, generator=self.gen, device=self.device)[: c.target_subset]  # [M]
+            subset = randperm(c.num_critics, self.gen, self.device)[..., : c.target_subset]  # [*S,M]
         if next_sample is None:
             with torch.no_grad():
                 next_sample = self._sample_eval(f_next)
-        next_a, next_logp = next_sample  # [B,A], [B]
+        next_a, next_logp = next_sample  # [*S,B,A], [*S,B]
         if c.crossq:
             q_all = self.q(self.critic, torch.cat([f, f_next]), torch.cat([batch.action, next_a]))  # [E,2B]
             q, q_next = q_all[:, :B], q_all[:, B:].detach()  # [E,B] each
         else:
             assert self.critic_target is not None  # a target network unless CrossQ
             with torch.no_grad():
-                q_next = self.q(self.critic_target, f_next, next_a)  # [E,B]
+                q_next = self.q(self.critic_target, f_next, next_a)  # [*S,E,B]
             if c.edac_eta > 0 and self._edac_direct:
                 # EDAC's action-gradients written out beside the forward (EnsembleMLP.forward_input_grad)
                 q, grad_a = self.critic.forward_input_grad(torch.cat([f, batch.action], -1), f.shape[-1])  # [E,B]
@@ -405,16 +406,17 @@ class SAC:
                 a_e = batch.action.unsqueeze(0).expand(E, *batch.action.shape).clone().requires_grad_(True)  # [E,B,A]
                 q = self.critic(torch.cat([f.unsqueeze(0).expand(E, *f.shape), a_e], -1)).squeeze(-1)  # [E,B]
             else:
-                q = self.q(self.critic, f, batch.action)  # [E,B]
+                q = self.q(self.critic, f, batch.action)  # [*S,E,B]
         y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
-                      c.backup_entropy)  # [B]
-        sq = (q - y).square()  # [E,B]
-        loss = sq.mean() if c.critic_reduction == "mean" else sq.mean(1).sum()
-        qd = q.detach()  # [E,B]
-        info = {"stats/q_max": qd.max(),
+                      c.backup_entropy)  # [*S,B]
+        sq = (q - y.unsqueeze(-2)).square()  # [*S,E,B]
+        loss = sq.mean((-2, -1)) if c.critic_reduction == "mean" else sq.mean(-1).sum(-1)  # [*S]
+        qd = q.detach()  # [*S,E,B]
+        E = qd.shape[-2]
+        info = {"stats/q_max": qd.amax((-2, -1)),
                 # the members' standard deviation written out (torch.std over the 2 members was ~3 times slower)
-                "stats/q_member_std": ((qd - qd.mean(0)).square().sum(0) / (qd.shape[0] - 1)).sqrt().mean()
-                if qd.shape[0] > 1 else qd.new_zeros(())}
+                "stats/q_member_std": ((qd - qd.mean(-2, keepdim=True)).square().sum(-2) / (E - 1)).sqrt().mean(-1)
+                if E > 1 else qd.new_zeros(qd.shape[:-2])}
         if c.edac_eta > 0:
             if not self._edac_direct:
                 # member i's Q depends on a_e[i] only, so one gradient of the sum gives every member's [E,B,A]
@@ -423,12 +425,13 @@ class SAC:
             loss = loss + c.edac_eta * div
             info["loss/edac_div"] = div.detach()
         self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.sum().backward()  # a seed-batched update's [S] losses: each seed's gradient is its own loss's
         adam_step(self.critic_opt)  # = critic_opt.step(), without its Python (core.optim)
         if self.critic_target is not None:
             polyak_(self._tgt, self._src, c.tau)
         self.critic_updates += 1
-        return {"loss/critic": loss.detach(), "stats/q_mean": qd.mean(), "stats/target_mean": y.mean(), **info}
+        return {"loss/critic": loss.detach(), "stats/q_mean": qd.mean((-2, -1)), "stats/target_mean": y.mean(-1),
+                **info}
 
     def update_actor(self, batch: Transition, sample: tuple[torch.Tensor, torch.Tensor] | None = None,
                      feats: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -480,17 +483,17 @@ class SAC:
         """One critic step (with the target update) and, every ``policy_delay`` critic steps, one
         actor/temperature step. Returns device tensors (no host sync)."""
         # the batch is encoded once (flat: no op); the actor reads the critic step's input features, detached
-        f, f_next = self.features(batch)  # [B,F] each
-        f_actor = f.detach()  # [B,F]
+        f, f_next = self.features(batch)  # [*S,B,F] each
+        f_actor = f.detach()  # [*S,B,F]
         if (self.critic_updates + 1) % self.config.policy_delay == 0 and not self.actor_renorm:
             # both actor samples from one noise draw: the actor does not change between the critic step and its
             # own step, so a' ~ pi(s') (for the target, detached) and a ~ pi(s) come from one call; SAC's own actor
             # runs the s' rows without gradient (half the backward's products of a joint forward)
-            B = f.shape[0]
+            B = f.shape[-2]
             a, logp = (self.actor.sample_pair(f_next, f_actor, self.gen) if isinstance(self.actor, Actor) else
-                       self.actor.sample(torch.cat([f_next, f_actor]), self.gen))  # [2B,A], [2B]
-            info = self.update_critic(batch, (a[:B].detach(), logp[:B].detach()), (f, f_next))
-            info.update(self.update_actor(batch, (a[B:], logp[B:]), f_actor))
+                       self.actor.sample(torch.cat([f_next, f_actor], -2), self.gen))  # [*S,2B,A], [*S,2B]
+            info = self.update_critic(batch, (a[..., :B, :].detach(), logp[..., :B].detach()), (f, f_next))
+            info.update(self.update_actor(batch, (a[..., B:, :], logp[..., B:]), f_actor))
         else:
             info = self.update_critic(batch, feats=(f, f_next))
             if self.critic_updates % self.config.policy_delay == 0:
@@ -503,10 +506,11 @@ class SAC:
         ``batches``, then one actor and one temperature step on all of them together."""
         for b in batches:
             info = self.update_critic(b)
+        d = batches[0].action.dim() - 2  # the batch dim: 0, or 1 behind a seeds-run's leading [S] (core.seeds)
         full = batches[0] if len(batches) == 1 else Transition(
-            obs_cat([b.obs for b in batches]), torch.cat([b.action for b in batches]),
-            torch.cat([b.reward for b in batches]), obs_cat([b.next_obs for b in batches]),
-            torch.cat([b.terminated for b in batches]), torch.cat([b.truncated for b in batches]))
+            obs_cat([b.obs for b in batches], d), torch.cat([b.action for b in batches], d),
+            torch.cat([b.reward for b in batches], d), obs_cat([b.next_obs for b in batches], d),
+            torch.cat([b.terminated for b in batches], d), torch.cat([b.truncated for b in batches], d))
         info.update(self.update_actor(full))
         return info
 
@@ -551,13 +555,25 @@ def _update_step(algo: SAC, sampler, batch_size: int, config: SACConfig) -> dict
     return algo.update_split([sampler.sample(batch_size // k, algo.gen) for _ in range(k)])
 
 
-# What a seeds-run of CQL (which holds a SAC) batches of its SAC (core.seeds): update_actor, actor_step and alpha_step
-# count dimensions from the end; update_critic and update do not yet (no --seeds for SAC itself)
+def _seeds_refuse(c: SACConfig) -> str | None:
+    """A setting a seeds-run (``--seeds``, core.seeds) cannot reproduce bit for bit, in words, or None."""
+    if c.crossq or c.actor_batch_renorm:
+        return "--crossq or --actor-batch-renorm (BatchRenorm's running statistics are buffers no seed stack holds)"
+    if c.edac_eta > 0:
+        return "--edac-eta above 0 (EDAC's action-gradients run on one seed's critic ensemble)"
+    if c.compile:
+        return "--compile (each seed's compiled steps are its own)"
+    return None
+
+
+# What a seeds-run batches (core.seeds): SAC's update counts dimensions from the end (CQL's seeds-runs batch their
+# SAC by this layout too, as a part)
 SEED_LAYOUT = SeedLayout(("actor", "critic", "critic_target"), each=("actor_opt", "critic_opt", "alpha_opt"),
-                         lists=("_tgt", "_src", "actor_params"), tensors=("log_alpha",), counters=("critic_updates",))
+                         lists=("_tgt", "_src", "actor_params"), tensors=("log_alpha",), counters=("critic_updates",),
+                         refuse=_seeds_refuse)
 
 register(AlgoEntry(
     "sac", SACConfig, SAC, regime="off-policy",
     summary="Soft Actor-Critic: batched critic ensemble (REDQ subset), UTD ratio, CrossQ option",
     run_defaults={"num_envs": 1, "total_steps": 1_000_000, "log_every": 1000, "checkpoint_every": 50_000},
-    update_step=_update_step))
+    update_step=_update_step, seed_layout=SEED_LAYOUT))

@@ -13,18 +13,21 @@ from typing import cast
 
 import torch
 
+from ctrl_rl.core.seeds import select_members
+
 
 def td_target(q_next: torch.Tensor, subset: torch.Tensor | None, reward: torch.Tensor, terminated: torch.Tensor,
               next_logp: torch.Tensor, alpha: torch.Tensor, gamma: float, backup_entropy: bool) -> torch.Tensor:
     """``y = r + gamma * (1 - terminated) * (min_{i in subset} Qbar_i(s', a') - [backup_entropy] alpha log pi(a'|s'))``.
 
     ``q_next [E,B]`` of the target critics at (s', a'), ``subset [M]`` member indices (None: every member, no
-    gather), ``reward [B]``, ``terminated [B]`` bool, ``next_logp [B]`` -> ``y [B]``. A truncated transition
-    bootstraps like any other.
+    gather), ``reward [B]``, ``terminated [B]`` bool, ``next_logp [B]``, ``alpha []`` -> ``y [B]``. A truncated
+    transition bootstraps like any other. Seed-batched (``core.seeds``): a leading ``[S]`` on every argument
+    (``subset [S,M]``, ``alpha [S]``).
     """
-    q_t = q_next.amin(0) if subset is None else q_next.index_select(0, subset).min(0).values  # [B]
+    q_t = q_next.amin(-2) if subset is None else select_members(q_next, subset).min(-2).values  # [*S,B]
     if backup_entropy:
-        q_t = q_t - alpha * next_logp
+        q_t = q_t - alpha.unsqueeze(-1) * next_logp
     return reward + gamma * (~terminated).to(reward.dtype) * q_t
 
 

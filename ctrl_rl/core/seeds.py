@@ -15,10 +15,13 @@ Why per-slice identity holds (measured on CPU, torch 2.13, one thread; ``tests/c
 ``baddbmm`` over a batch of S >= 2 gives each slice the bits of ``addmm`` on that slice for every output width but 1;
 at width 1 ``addmm`` (and a batch of 1) takes a matrix-vector path whose sums round differently, so a width-1 layer
 of a plain network runs as S ``F.linear`` calls (an ensemble of E >= 2 members already takes the batched path alone
-and stacks to S*E). Element-wise kernels and the per-seed reductions give the same bits. A fused optimizer over one
-stacked tensor would not: its vectorized loop and its scalar tail meet at other elements than in a member's own
-tensor, hence one optimizer per member. Other thread counts split the work differently: bit-identity with the
-alone run holds at the same fixed ``--threads``.
+and stacks to S*E). The per-seed reductions give the same bits, and so do element-wise kernels where each seed's
+slice is a whole number of the kernel's vector blocks: a vectorized function (softplus, sigmoid) rounds the scalar
+tail of a tensor differently from its vectorized body, and the tail of ``[S,B,A]`` is the last seed's while alone
+every seed has its own (32 floats with AVX512: a batch of 256, or any multiple of 32 rows, always is whole).
+For the same reason a fused optimizer over one stacked tensor would not: its vectorized loop and its scalar tail
+meet at other elements than in a member's own tensor, hence one optimizer per member. Other thread counts split the
+work differently: bit-identity with the alone run holds at the same fixed ``--threads``.
 
 Random draws inside an update (a random critic subset, a policy's samples): the batched instance's ``gen`` is a
 :class:`SeedGenerators`, and the draw helpers :func:`randn`, :func:`rand` and :func:`randperm`, given it where a
@@ -37,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctrl_rl.core.nets import EnsembleLinear
+from ctrl_rl.core.optim import adam_step
 
 A = TypeVar("A")
 
@@ -192,8 +196,11 @@ class Each:
             m.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
-        for m in self.members:
-            m.step()
+        for m in self.members:  # an optimizer by adam_step (= m.step() bit for bit, without its Python: core.optim)
+            if isinstance(m, torch.optim.Optimizer):
+                adam_step(m)
+            else:
+                m.step()
 
 
 @dataclass(frozen=True)
@@ -314,6 +321,16 @@ def randperm(n: int, generator: Gen, device: torch.device | str | None = None) -
     if isinstance(generator, SeedGenerators):
         return generator.draw(lambda g: torch.randperm(n, generator=g, device=device))
     return torch.randperm(n, generator=generator, device=device)
+
+
+def select_members(t: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """``t [E,...]`` at ``members [M]`` -> ``[M,...]`` (``index_select``); seed-batched, ``t [S,E,...]`` at each seed's
+    ``members [S,M]`` -> ``[S,M,...]`` (one ``index_select`` over the flattened ``[S*E,...]``: the same copies)."""
+    if members.dim() == 1:
+        return t.index_select(0, members)
+    S, E = t.shape[:2]
+    rows = (members + E * torch.arange(S, device=members.device).unsqueeze(-1)).flatten()  # [S*M]
+    return t.flatten(0, 1).index_select(0, rows).view(*members.shape, *t.shape[2:])
 
 
 def unstack(value: torch.Tensor, seeds: int) -> Iterator[torch.Tensor]:

@@ -20,8 +20,11 @@ deterministic policy is evaluated at step 0 and every K steps, logging ``eval_re
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -29,6 +32,7 @@ import torch
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
 from ctrl_rl.core.protocols import Algorithm
+from ctrl_rl.core.seeds import batch_seeds
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import read_init, with_network_shape
 from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, ensure_loop
@@ -43,6 +47,7 @@ from ctrl_rl.learn.runtime import (
     load_state,
     probe_spec,
 )
+from ctrl_rl.learn.seeds import OwnRNG, SeedSamplers, split_info
 from ctrl_rl.storage.datasets import open_dataset, to_replay
 from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
 
@@ -265,11 +270,210 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo: Algorithm, buff
     return TrainResult(ctx.run_dir, step, it, last_return, ctx.wall_time(), algo)
 
 
+class _Seed:
+    """One seed of an off-policy seeds-run: what ``_run`` keeps for its one run (context, envs, replay, agent, tally,
+    evaluation schedule), collected with, evaluated and checkpointed exactly as that run alone, under its own global
+    RNG state (``learn.seeds.OwnRNG``)."""
+
+    def __init__(self, ctx: RunContext, env, algo: Algorithm, buffer: ReplayBuffer, sampler, obs, rng: OwnRNG):
+        self.ctx, self.env, self.algo, self.buffer, self.sampler, self.obs, self.rng = (ctx, env, algo, buffer, sampler,
+                                                                                         obs, rng)
+        self.tally = EpisodeTally(ctx.run.num_envs, ctx.device)
+        self.last_return, self.next_eval = float(ctx.counters.get("last_return", float("nan"))), 0
+        if ctx.checkpoint is not None:
+            self.next_eval = ctx.counters.get("next_eval", 0)
+
+    def evaluate(self) -> dict:
+        run = self.ctx.run
+        with self.rng:
+            ret, score, source, success = evaluate_policy(self.algo, run, run.eval_episodes, run.seed + 10_000)
+        row = {"eval_return": ret, "normalized_score": score, "score_reference": source}
+        return row if success is None else {**row, "eval_success_rate": success}
+
+    def collect(self, step: int) -> None:
+        """One step of the seed's N envs into its replay, as ``_run`` steps them (evaluation first when due)."""
+        ctx, run = self.ctx, self.ctx.run
+        loop = run.loop
+        assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop ran
+        if run.eval_every and step >= self.next_eval:
+            ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), **self.evaluate()})
+            self.next_eval += run.eval_every
+        N, A = run.num_envs, self.env.spec.action_dim
+        if step < loop.learning_starts and loop.warmup_actions == "random":
+            action = torch.rand((N, A), generator=ctx.gen, device=ctx.device) * 2 - 1  # [N,A] uniform in [-1, 1]
+        else:
+            action = self.algo.act(self.obs)  # [N,A]
+        if loop.clip_actions is not None:
+            action = action.clamp(-loop.clip_actions, loop.clip_actions)
+        out = self.env.step(action)
+        self.buffer.add(self.obs, action, out.reward, out.final_obs, out.terminated, out.truncated)
+        self.tally.add(out.info)
+        self.obs = out.obs
+
+    def checkpoint(self, counters: dict, snapshot: bool = False) -> None:
+        ctx, loop = self.ctx, self.ctx.run.loop
+        assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop ran
+        ctx.check_finite({}, self.algo, f"step {counters['step']}")
+        payload = {"algo_state": self.algo.state_dict(), "env_state": self.env.state_dict(),
+                   "obs": obs_map(lambda v: v.detach().cpu(), self.obs),
+                   "replay": self.buffer.state_dict() if loop.save_replay and not snapshot else None}
+        counters = {**counters, "last_return": self.last_return, "next_eval": self.next_eval}
+        with self.rng:
+            ctx.save(payload, counters, name=f"step_{counters['step']:09d}.pt" if snapshot else "latest.pt")
+
+
+def train_offpolicy_seeds(runs: Sequence[RunConfig], algo_name: str, cfg, run_dirs: Sequence[Path],
+                          resume: bool = False, max_iterations: int | None = None) -> list[TrainResult]:
+    """``train_offpolicy`` of every run of ``runs`` (one per seed, alike but for ``seed`` and the directory) in one
+    process: each seed's envs (seeded as alone), replay buffer, agent and generator built, collected with, evaluated
+    and checkpointed as its run alone; every update trains all seeds at once, the entry's ``update_step`` on the
+    agents batched by the entry's seed layout (``core.seeds``) drawing each seed's batch from its own replay
+    (``learn.seeds.SeedSamplers``). ``--dataset`` (offline data mixed into every batch) is loaded once and shared."""
+    entry = registry.get(algo_name)
+    runs = [ensure_loop(entry, r) for r in runs]
+    run0, layout = runs[0], entry.seed_layout
+    loop = run0.loop
+    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop: the off-policy regime's loop config
+    if layout is None or entry.pretrain_step is not None:
+        raise UserInputError(f"--seeds is not available for {algo_name!r}: expected an algorithm with a seed layout "
+                             "and no offline pre-training phase")
+    if entry.requires_init and loop.init is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: expected a run of one "
+                             f"of {list(entry.init_from)} to fine-tune")
+    if entry.requires_dataset and run0.dataset is None:
+        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl "
+                             ".hdf5 file, a generated dataset id or a Minari dataset id")
+    N, S = run0.num_envs, len(runs)
+    if loop.buffer_size < N:
+        raise UserInputError(f"--buffer-size {loop.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
+    with contextlib.ExitStack() as stack:
+        seeds: list[_Seed] = []
+        offline = None
+        for r, d in zip(runs, run_dirs):
+            # the first context sets threads (a governor under --threads 0); the others keep what it set
+            fixed = r if not seeds else dataclasses.replace(r, threads=torch.get_num_threads())
+            ctx = stack.enter_context(RunContext(algo_name, fixed, cfg, d, resume))
+            ctx.run = r  # config.json and the checkpoints record the seed's own run
+            # what train_offpolicy does before its loop, in its order (global RNG draws included), for this seed
+            gen = ctx.seed(r.seed)
+            spec = probe_spec(r)
+            if not spec.is_flat:
+                raise UserInputError(f"--seeds trains agents of flat state observations: env {r.env!r} has the parts "
+                                     f"{[p.name for p in spec.parts]} (expected one process per seed with --seed K)")
+            check_env_memory(r, spec, S * N, ctx.device)
+            A = 1 if spec.discrete else spec.action_dim
+            check_memory(S * loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6),
+                         f"--buffer-size {loop.buffer_size} of {r.env} for {S} seeds", "--buffer-size", ctx.device)
+            env = build_env(r, N, r.seed, getattr(cfg, "gamma", 0.99))
+            stack.callback(env.close)
+            if entry.continuous_only and env.spec.discrete:
+                raise UserInputError(f"{algo_name} needs continuous actions: env {r.env!r} has discrete actions")
+            cfg_k, init = cfg, None
+            if loop.init is not None and ctx.checkpoint is not None:  # the shapes this run took from its --init
+                cfg_k = with_network_shape(cfg, ctx.checkpoint["config"]["algo"], entry.init_fields)
+            elif loop.init is not None:
+                cfg_k, init_state, init_path = read_init(entry, cfg, loop.init)
+                init = (init_state, init_path)
+            ctx.cfg = cfg_k
+            if not seeds:  # the offline data, read once for every seed
+                offline = open_offline_data(entry, r, env.spec, ctx.device)
+            algo = entry.make(cfg_k, env.spec, ctx.device, gen)
+            if not isinstance(algo, Algorithm):
+                raise TypeError(f"{algo_name} runs in the off-policy loop but builds a {type(algo).__name__}, "
+                                "not an Algorithm")
+            if init is not None:
+                load_init(algo, *init, r.env)
+            buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, env.spec.action_dim, ctx.device,
+                                  obs_parts=env.spec.parts)
+            sampler = (buffer if offline is None or loop.offline_ratio == 0
+                       else MixedSampler(buffer, offline, loop.offline_ratio))
+            if ctx.checkpoint is not None:
+                ck = ctx.checkpoint
+                load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")
+                load_state(env, ck["env_state"], "environments", ctx.ck_dir / "latest.pt")
+                obs = obs_to(ck["obs"], ctx.device)
+                if ck.get("replay") is not None:
+                    buffer.load_state_dict(ck["replay"])
+                ctx.restore_rng()
+            else:
+                obs = env.reset(seed=r.seed)  # [N,O]
+            seeds.append(_Seed(ctx, env, algo, buffer, sampler, obs, OwnRNG()))
+        marks = [tuple(sd.ctx.counters.get(k, 0) for k in ("iteration", "step", "updates", "credit")) for sd in seeds]
+        if len(set(marks)) != 1:
+            raise UserInputError(f"the seeds' checkpoints stand at different steps {[m[1] for m in marks]}: "
+                                 "expected the directories of one seeds-run, resumed together")
+        it, step, updates, credit = marks[0]
+        cfg0 = seeds[0].ctx.cfg
+        batched = batch_seeds([sd.algo for sd in seeds], layout)
+        samplers = SeedSamplers([sd.sampler for sd in seeds])
+        B, iterations, ctx0 = loop.batch_size, math.ceil(run0.total_steps / N), seeds[0].ctx
+        for sd in seeds:
+            sd.ctx.start(iterations * N, step, f"{entry.name} {run0.env} seeds {[r.seed for r in runs]}")
+        saved_at, done_iters = it, 0
+        infos: list[dict] = [{} for _ in seeds]
+        t_log, step_log, upd_log = time.time(), step, updates
+        while it < iterations:
+            if max_iterations is not None and done_iters >= max_iterations:
+                break
+            for sd in seeds:
+                sd.collect(step)
+            it += 1
+            done_iters += 1
+            step += N
+            if step >= loop.learning_starts and len(seeds[0].buffer) >= B:
+                credit += loop.utd_ratio * N
+                k = int(credit)
+                credit -= k
+                info: dict = {}
+                for _ in range(k):
+                    info = entry.update_step(batched, samplers, B, cfg0)
+                if k > 0:
+                    infos = split_info(info, S)
+                updates += k
+            postfix = None
+            if it % run0.log_every == 0 or it == iterations:
+                now = time.time()
+                dt = max(now - t_log, 1e-9)
+                sps, ups = (step - step_log) / dt, (updates - upd_log) / dt
+                t_log, step_log, upd_log = now, step, updates
+                for sd, info_k in zip(seeds, infos):
+                    vals = sd.ctx.floats(info_k)
+                    sd.ctx.check_finite(vals, sd.algo, f"step {step} (update {updates})")
+                    s, ln, n, success = sd.tally.pop()
+                    if n > 0:
+                        sd.last_return = s / n
+                    row = {"step": step, "wall_time": round(sd.ctx.wall_time(), 3), "iteration": it,
+                           "updates": updates, "episode_return": (s / n) if n > 0 else None,
+                           "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(sps, 1),
+                           "updates_per_s": round(ups, 1), "replay_size": len(sd.buffer), **vals}
+                    if success is not None:
+                        row["success_rate"] = success
+                    if sd.ctx.run.eval_every and it == iterations:
+                        row.update(sd.evaluate())
+                        sd.next_eval = step + sd.ctx.run.eval_every
+                    sd.ctx.log(row)
+                last = seeds[0].last_return
+                postfix = f"sps={sps:,.0f} ups={ups:,.0f} return={'-' if math.isnan(last) else f'{last:.1f}'}"
+            ctx0.advance(N, postfix)
+            counters = {"iteration": it, "step": step, "updates": updates, "credit": credit}
+            if loop.keep_every and it % loop.keep_every == 0:
+                for sd in seeds:
+                    sd.checkpoint(counters, snapshot=True)
+            if it % run0.checkpoint_every == 0 or it == iterations:
+                for sd in seeds:
+                    sd.checkpoint(counters)
+                saved_at = it
+        if done_iters > 0 and saved_at != it:  # an early stop (max_iterations) leaves a resumable checkpoint
+            for sd in seeds:
+                sd.checkpoint({"iteration": it, "step": step, "updates": updates, "credit": credit})
+        return [TrainResult(sd.ctx.run_dir, step, it, sd.last_return, sd.ctx.wall_time(), sd.algo) for sd in seeds]
+
+
 def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
            dist_info) -> TrainResult:
     return train_offpolicy(run, algo_name, cfg, run_dir, resume, max_iterations)
 
 
 register_regime(Regime(
-    "off-policy", OffPolicyLoopConfig, _train,
+    "off-policy", OffPolicyLoopConfig, _train, train_seeds=train_offpolicy_seeds,
     summary="envs -> replay buffer -> update(batch) x UTD"))

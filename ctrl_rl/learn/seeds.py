@@ -22,7 +22,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_cat, obs_map
-from ctrl_rl.core.seeds import unstack
+from ctrl_rl.core.seeds import SeedGenerators, unstack
 from ctrl_rl.core.types import Transition
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import global_rng_state, set_global_rng_state
@@ -86,15 +86,34 @@ def sample_seeds(sampler: Any, batch_size: int, gens: Sequence[torch.Generator])
     if isinstance(sampler, ReplayBuffer):
         idx = torch.stack([sampler.sample_indices(batch_size, g) for g in gens])  # [S,B]
         return sampler.gather(idx)
-    parts = [sampler.sample(batch_size, g) for g in gens]
+    return stack_batches([sampler.sample(batch_size, g) for g in gens])
 
+
+def stack_batches(parts: Sequence[Any]) -> Any:
+    """The seeds' batches (one Transition class, ``[B,...]`` each) stacked field by field to ``[S,B,...]``."""
     def stack(name: str) -> Any:
         values = [getattr(p, name) for p in parts]
+        if values[0] is None:  # an optional field left unset (Transition.discount of one-step batches)
+            return None
         if name in ("obs", "next_obs"):  # a tensor or a dict of parts
             return obs_cat([obs_map(lambda t: t.unsqueeze(0), o) for o in values])  # [S,B,...]
         return torch.stack(values)  # [S,B,...]
 
     return type(parts[0])(**{f.name: stack(f.name) for f in dataclasses.fields(parts[0])})
+
+
+class SeedSamplers:
+    """Each seed's own sampler (an online run's replay buffer, or its mix with offline data) as one sampler of a
+    seeds-run: ``sample(B, gens)`` with the seed-batched algorithm's ``gen`` (``core.seeds.SeedGenerators``) draws
+    seed k's batch from seed k's sampler with seed k's generator, exactly as its run alone draws it, and stacks
+    them ``[S,B,...]``; so an entry's ``update_step`` runs unchanged on the batched algorithm."""
+
+    def __init__(self, samplers: Sequence[Any]):
+        self.samplers = list(samplers)
+
+    def sample(self, batch_size: int, generator: SeedGenerators) -> Any:
+        assert len(generator) == len(self.samplers), "one generator per seed's sampler"
+        return stack_batches([s.sample(batch_size, g) for s, g in zip(self.samplers, generator.gens)])
 
 
 def split_info(info: dict[str, torch.Tensor], seeds: int) -> list[dict[str, torch.Tensor]]:

@@ -119,7 +119,7 @@ def test_cli_seeds_run_layout_and_resume(dataset, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["sac", "--seeds", "0", "1"], "--seeds is not available for 'sac'"),
+    (["ppo", "--seeds", "0", "1"], "--seeds is not available for 'ppo'"),
     (["cql", "--seeds", "0", "1", "--compile"], "--compile"),
     (["iql", "--seeds", "0", "1", "0"], "seed 0 more than once"),
     (["iql", "--seeds", "0", "1", "--seed", "3"], "--seeds and --seed were both given"),
@@ -159,7 +159,7 @@ def test_every_seed_layout_names_what_its_algorithm_has():
 
     spec = rescaled_spec(spec_of("torch:Pendulum"))
     entries = [e for e in registry.entries() if e.seed_layout is not None]
-    assert {"iql", "cql", "calql"} <= {e.name for e in entries}
+    assert {"iql", "cql", "calql", "sac"} <= {e.name for e in entries}
 
     def check(obj, layout, name):
         assert all(isinstance(getattr(obj, n), torch.nn.Module) for n in layout.modules), name
@@ -173,7 +173,8 @@ def test_every_seed_layout_names_what_its_algorithm_has():
 
     for e in entries:
         assert e.seed_layout is not None
-        for cfg in (e.default_config(), e.default_config(lagrange=True)) if e.name != "iql" else (e.default_config(),):
+        lagrange = "lagrange" in {f.name for f in dataclasses.fields(e.config)}
+        for cfg in (e.default_config(), e.default_config(lagrange=True)) if lagrange else (e.default_config(),):
             check(e.make(cfg, spec, "cpu", torch.Generator()), e.seed_layout, e.name)
 
 
