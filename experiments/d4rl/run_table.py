@@ -25,7 +25,10 @@ command is printed and appended to <runs-dir>/commands.txt:
 Pass the extra flags as --cql-args="--flag value" (with "="; argparse takes a lone "--flag" for an option of its own);
 likewise --mopo-args=, --ravl-args=, --neubay-args= and --dynamics-args= (both dynamics fits; --dynamics-epochs caps
 their epochs).
-Runs live in <runs-dir>/<dataset>/<method>-s<seed>/ (default runs/d4rl). Calling the script again skips
+Runs live in <runs-dir>/<dataset>/<method>-s<seed>/ (default runs/d4rl). With --batch-seeds the offline algorithms
+that take `ctrl-rl train --seeds` (iql, cql) train all seeds of a dataset in one process, one seeds-run per
+(dataset, algorithm) in <runs-dir>/<dataset>/<method>-seeds<K1_K2_...>/ whose seed_<K>/ directories are the runs the
+table reads (each bit for bit the run --seed K alone would be at a fixed --threads). Calling the script again skips
 complete runs, resumes interrupted ones (`--resume`, checkpoints every evaluation) and generates a missing
 dataset once; Ctrl-C leaves every run resumable. `--summarize` launches nothing and aggregates what exists,
 for the grid last launched in <runs-dir> (<runs-dir>/grid.json), else for the flags given.
@@ -33,6 +36,7 @@ for the grid last launched in <runs-dir> (<runs-dir>/grid.json), else for the fl
     python experiments/d4rl/run_table.py --seeds 0 1 2 --jobs 2 [--cql-args="--num-critics 4"]
     python experiments/d4rl/run_table.py --tasks hopper --offline-levels medium --o2o-datasets --seeds 0 \
         --mb-algos mopo --mb-steps 2000 --dynamics-epochs 3 --offline-steps 2000   # one small model-based cell
+    python experiments/d4rl/run_table.py --seeds 0 1 2 --batch-seeds --o2o-datasets   # iql, cql: one process each
     python experiments/d4rl/run_table.py --dry-run          # print the commands
     python experiments/d4rl/run_table.py --summarize        # table + plots from whatever has run
 
@@ -60,7 +64,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
@@ -120,6 +124,7 @@ class Job:
     budget: int
     run_dir: Path
     dep: Job | None = None
+    seeds_run: Path | None = None  # --batch-seeds: the seeds-run that trains this run with its sibling seeds
 
     @property
     def name(self) -> str:
@@ -135,6 +140,56 @@ class Job:
         return self.method in OFFLINE or self.method in MODEL_BASED
 
 
+@dataclass
+class SeedsJob(Job):
+    """The runs of one (dataset, method) in one `ctrl-rl train --seeds` process (--batch-seeds): ``run_dir`` is the
+    seeds-run's directory, each member's run is its ``seed_<K>``."""
+
+    members: list[Job] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int]:
+        return [m.seed for m in self.members]
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}/{self.run_dir.name}"
+
+
+def seeds_batched(g: dict, method: str) -> bool:
+    """Whether ``method``'s runs train as one `--seeds` process per dataset: --batch-seeds, two or more seeds, and an
+    offline algorithm whose registry entry has a seed layout (the registry says which, not a list here)."""
+    if not g.get("batch_seeds") or method not in OFFLINE or len(g["seeds"]) < 2:
+        return False
+    from ctrl_rl.algos import registry
+
+    return registry.get(method).seed_layout is not None
+
+
+def offline_job(g: dict, runs: Path, method: str, ds: str, seed: int) -> Job:
+    """An iql or cql run: <dataset>/<method>-s<seed>, or seed_<seed> of the dataset's seeds-run (--batch-seeds)."""
+    if not seeds_batched(g, method):
+        return Job(method, ds, seed, g["offline_steps"], runs / ds / f"{method}-s{seed}")
+    parent = runs / ds / f"{method}-seeds{'_'.join(map(str, g['seeds']))}"
+    return Job(method, ds, seed, g["offline_steps"], parent / f"seed_{seed}", seeds_run=parent)
+
+
+def seeds_units(jobs: list[Job]) -> list[Job]:
+    """``jobs`` with the runs of each seeds-run (``Job.seeds_run``) replaced by one SeedsJob at the first one's
+    place (a cql run still precedes the runs that start from it)."""
+    out: list[Job] = []
+    units: dict[Path, SeedsJob] = {}
+    for j in jobs:
+        if j.seeds_run is None:
+            out.append(j)
+            continue
+        if j.seeds_run not in units:
+            units[j.seeds_run] = SeedsJob(j.method, j.dataset, j.seed, j.budget, j.seeds_run)
+            out.append(units[j.seeds_run])
+        units[j.seeds_run].members.append(j)
+    return out
+
+
 def grid_spec(a: argparse.Namespace) -> dict:
     """The grid's definition as recorded in grid.json and printed in the results."""
     return {"tasks": a.tasks, "offline_levels": a.offline_levels,
@@ -146,7 +201,8 @@ def grid_spec(a: argparse.Namespace) -> dict:
             "offline_algos": a.offline_algos, "mb_algos": a.mb_algos,
             "mb_steps": a.mb_steps if a.mb_steps is not None else a.offline_steps,
             "dynamics_epochs": a.dynamics_epochs, "neubay_model": a.neubay_model, "mopo_args": a.mopo_args,
-            "ravl_args": a.ravl_args, "neubay_args": a.neubay_args, "dynamics_args": a.dynamics_args}
+            "ravl_args": a.ravl_args, "neubay_args": a.neubay_args, "dynamics_args": a.dynamics_args,
+            "batch_seeds": a.batch_seeds}
 
 
 def offline_datasets(g: dict) -> list[str]:
@@ -178,13 +234,13 @@ def make_jobs(g: dict, runs: Path) -> list[Job]:
     first, rest, after = [], [], []
     for s in g["seeds"]:
         for ds in g["o2o_datasets"]:
-            cql[ds, s] = Job("cql", ds, s, g["offline_steps"], runs / ds / f"cql-s{s}")
+            cql[ds, s] = offline_job(g, runs, "cql", ds, s)
             first.append(cql[ds, s])
         for m in g.get("offline_algos", OFFLINE):
             for ds in offline_ds:
                 if m == "cql" and (ds, s) in cql:  # already queued first, for an o2o dataset
                     continue
-                rest.append(Job(m, ds, s, g["offline_steps"], runs / ds / f"{m}-s{s}"))
+                rest.append(offline_job(g, runs, m, ds, s))
         for ds in g["o2o_datasets"]:
             rest.append(Job("rlpd", ds, s, g["online_steps"], runs / ds / f"rlpd-s{s}"))
             for m in ("wsrl", "retained"):
@@ -226,12 +282,13 @@ def command(job: Job, g: dict, datasets: dict[str, str]) -> list[str]:
         kind = neubay_model_flags() if job.method == "dynamics-neubay" else []
         return [*py, "--env", env_of(job.dataset), "--dataset", data, "--seed", str(job.seed), "--run-dir",
                 str(job.run_dir), "--no-progress", *epochs, *kind, *shlex.split(g.get("dynamics_args", ""))]
-    if checkpoint_step(job.run_dir) is not None:
+    if started(job):  # a seeds-run resumes every seed from its directory (seeds.json names them)
         return [*py, "--resume", str(job.run_dir), "--total-steps", str(job.budget), "--no-progress"]
     offline = job.scored
     every = g["eval_every"] if offline else g["online_eval_every"]
+    seed = ["--seeds", *map(str, job.seeds)] if isinstance(job, SeedsJob) else ["--seed", str(job.seed)]
     common = ["--env", env_of(job.dataset), "--total-steps", str(job.budget), "--eval-every", str(every),
-              "--eval-episodes", str(g["eval_episodes"]), "--seed", str(job.seed), "--run-dir", str(job.run_dir),
+              "--eval-episodes", str(g["eval_episodes"]), *seed, "--run-dir", str(job.run_dir),
               "--checkpoint-every", str(every), "--no-progress"]
     if job.method == "iql":
         extra = shlex.split(g["iql_args"])
@@ -262,10 +319,21 @@ def _learning_starts(cfg: dict) -> int | None:
 def complete(job: Job) -> tuple[bool, int | None]:
     """Whether ``job`` is done, and its checkpoint's step: a dynamics fit when its model.pt is written (it may
     stop early), any other run at its budget."""
+    if isinstance(job, SeedsJob):  # every seed at its budget; the step of the one furthest behind
+        done = [complete(m) for m in job.members]
+        steps = [st for _, st in done]
+        return all(ok for ok, _ in done), None if None in steps else min(s for s in steps if s is not None)
     step = checkpoint_step(job.run_dir)
     if job.method in DYNAMICS:
         return (job.run_dir / "model.pt").is_file(), step
     return step is not None and step >= job.budget, step
+
+
+def started(job: Job) -> bool:
+    """Whether ``job`` has a checkpoint to resume from (a seeds-run: any of its seeds)."""
+    if isinstance(job, SeedsJob):
+        return any(checkpoint_step(m.run_dir) is not None for m in job.members)
+    return checkpoint_step(job.run_dir) is not None
 
 
 def checkpoint_step(d: Path) -> int | None:
@@ -360,15 +428,16 @@ def resolve_datasets(names: list[str], g: dict, runs: Path, launcher: Launcher,
 
 def launch(jobs: list[Job], g: dict, datasets: dict[str, str], launcher: Launcher, n_jobs: int) -> None:
     """Run every job not yet complete, at most ``n_jobs`` at a time; a job starts when the run it starts from (its
-    cql run, or its dynamics fit) is complete."""
+    cql run, or its dynamics fit) is complete. The runs of a seeds-run (--batch-seeds) launch as one process."""
     state: dict[str, str] = {}  # job name -> done | failed
+    jobs = seeds_units(jobs)
 
     def one(job: Job) -> str:
         ok, step = complete(job)
         if ok:
             print(f"[done] {job.name}: complete ({step:,} steps)", flush=True)
             return "done"
-        if step is None and job.run_dir.exists():  # stopped before its first checkpoint: start over
+        if not started(job) and job.run_dir.exists():  # stopped before its first checkpoint: start over
             shutil.rmtree(job.run_dir)
         t0 = time.time()
         rc, _ = launcher.run(command(job, g, datasets), job.run_dir.with_suffix(".log"), job.name)
@@ -381,7 +450,8 @@ def launch(jobs: list[Job], g: dict, datasets: dict[str, str], launcher: Launche
     for job in jobs:
         if job.dataset not in datasets:
             print(f"[skip] {job.name}: dataset {job.dataset} is not available", flush=True)
-            state[job.name] = "failed"
+            for j in (job, *(job.members if isinstance(job, SeedsJob) else ())):
+                state[j.name] = "failed"
     if launcher.dry_run:
         for job in jobs:
             if complete(job)[0]:
@@ -410,7 +480,10 @@ def launch(jobs: list[Job], g: dict, datasets: dict[str, str], launcher: Launche
                     break
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for f in finished:
-                    state[running.pop(f).name] = f.result()
+                    job = running.pop(f)
+                    state[job.name] = f.result()
+                    for m in job.members if isinstance(job, SeedsJob) else ():  # what runs from a seed waits on it
+                        state[m.name] = "done" if complete(m)[0] else "failed"
         except KeyboardInterrupt:
             launcher.stop()
             print("interrupted: the runs stopped at their last checkpoint; run the same command to resume", flush=True)
@@ -817,6 +890,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ravl-args", default="", help="extra `ctrl-rl train ravl` flags")
     ap.add_argument("--neubay-args", default="", help="extra `ctrl-rl train neubay` flags")
     ap.add_argument("--dynamics-args", default="", help="extra `ctrl-rl train dynamics` flags (every fit)")
+    ap.add_argument("--batch-seeds", action="store_true", help="train the seeds of each iql/cql dataset in one "
+                    "process (`ctrl-rl train --seeds`, batched networks) into <method>-seeds<K1_K2_...>/seed_<K>")
     ap.add_argument("--jobs", type=lambda x: max(1, int(x)), default=1, help="training processes at a time")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "d4rl")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help=argparse.SUPPRESS)

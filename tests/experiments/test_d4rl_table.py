@@ -193,3 +193,39 @@ def test_dry_run_shared_model_and_capped_fit(table, tmp_path, capsys):
     assert [x.split()[1] for x in train] == ["dynamics", "mopo", "neubay", "mopo", "neubay"]
     assert train[0].endswith(f"--run-dir {fit} --no-progress --total-steps 3")
     assert all(f"--model {fit} " in x and "--total-steps 40 " in x for x in train[1:])
+
+
+def _checkpoint(d: Path, algo: str, step: int) -> None:
+    (d / "checkpoints").mkdir(parents=True)
+    save_checkpoint(d / "checkpoints" / "latest.pt", {"algo": algo, "config": {}, "counters": {"step": step}})
+
+
+def test_batch_seeds_one_process_per_dataset_and_algorithm(table, tmp_path, capsys, monkeypatch):
+    """--batch-seeds: iql and cql train every seed of a dataset in one `--seeds` process whose seed_<K> directories
+    are the runs the table reads and the o2o runs start from; started seeds-runs resume whole, finished ones are
+    skipped; the other rows keep one process per seed."""
+    runs = tmp_path / "runs"
+    med, rep = runs / "hopper-medium-v5", runs / "hopper-medium-replay-v5"
+    _checkpoint(med / "cql-seeds0_1" / "seed_0", "cql", 100)  # the medium cql seeds-run: complete
+    _checkpoint(med / "cql-seeds0_1" / "seed_1", "cql", 100)
+    _checkpoint(rep / "cql-seeds0_1" / "seed_0", "cql", 50)  # the medium-replay one: stopped at 50 of 100
+    _checkpoint(rep / "cql-seeds0_1" / "seed_1", "cql", 50)
+    table.main(GRID + ["--batch-seeds", "--mb-algos", "--runs-dir", str(runs), "--dry-run"])
+    lines = [x.split("ctrl_rl ", 1)[-1] for x in capsys.readouterr().out.splitlines()]
+    train = [x for x in lines if x.startswith("train ")]
+    assert f"train cql --resume {rep}/cql-seeds0_1 --total-steps 100 --no-progress" in train
+    assert "# complete: hopper-medium-v5/cql-seeds0_1" in lines
+    assert (f"train iql --dataset hopper-medium-v5 --env Hopper-v5 --total-steps 100 --eval-every 50 --eval-episodes 2 "
+            f"--seeds 0 1 --run-dir {med}/iql-seeds0_1 --checkpoint-every 50 --no-progress --cosine-steps 100") in train
+    for s in (0, 1):  # wsrl and retained start from their seed's directory of the cql seeds-run
+        assert sum(f"train wsrl --init {rep}/cql-seeds0_1/seed_{s} " in x for x in train) == 2
+    # one cql resume and one iql process for 2 seeds; rlpd, wsrl, retained per seed
+    assert [x.split()[1] for x in train].count("iql") == 1 and len(train) == 2 + 3 * 2
+    # the table reads the seeds' directories as the runs of the grid
+    monkeypatch.setenv("CTRL_RL_REFERENCE_SCORES", str(tmp_path / "absent.json"))
+    for s, score in ((0, 40.0), (1, 60.0)):
+        fake_run(med / "iql-seeds0_1" / f"seed_{s}", "iql", s, 100, {50: 10.0, 100: score}, online=False)
+    args = table.parse_args(GRID + ["--batch-seeds", "--mb-algos", "--o2o-datasets", "--runs-dir", str(runs)])
+    table.summarize(table.grid_spec(args), runs, tmp_path / "out", "G", "S")
+    rows = offline_rows((tmp_path / "out" / "d4rl.md").read_text(), "hopper-medium-v5")
+    assert rows["iql"][0] == "50.0 ± 14.1 (n=2)"
