@@ -179,6 +179,19 @@ def seed_stack(members: Sequence[nn.Module]) -> nn.Module:
     return out
 
 
+class SeedCalls(nn.Module):
+    """S members of a module run one call per seed on its slice (``[S,...]`` -> each member on ``x[k]`` -> stacked):
+    exact by construction, not batched. For what a layout names in ``SeedLayout.calls``: a cheap module holding
+    buffers (an observation normalizer's running statistics), whose seed-batched form :func:`seed_stack` refuses."""
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        self.members = list(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(x[k]) for k, m in enumerate(self.members)])
+
+
 class Each:
     """S optimizers (or schedulers) driven as one: ``zero_grad`` / ``step`` call every member's own, in seed order;
     ``param_groups`` are member 0's (the seeds share their settings, so a learning rate read there is every
@@ -211,6 +224,9 @@ class SeedLayout:
     """Networks stacked with :func:`seed_stack` (inputs gain a leading ``[S]``)."""
     each: tuple[str, ...] = ()
     """Optimizers and schedulers: every member's own steps (:class:`Each`); a member's None stays None."""
+    calls: tuple[str, ...] = ()
+    """Modules run one call per seed (:class:`SeedCalls`), e.g. an observation normalizer with running statistics;
+    a member's None stays None."""
     lists: tuple[str, ...] = ()
     """Lists of tensors (target and source parameters of a Polyak update): the members' lists concatenated."""
     tensors: tuple[str, ...] = ()
@@ -264,6 +280,9 @@ def batch_seeds(algos: Sequence[A], layout: SeedLayout) -> A:
     for name in layout.each:
         members = [getattr(a, name) for a in algos]
         setattr(out, name, None if members[0] is None else Each(members))
+    for name in layout.calls:
+        members = [getattr(a, name) for a in algos]
+        setattr(out, name, None if members[0] is None else SeedCalls(members))
     for name in layout.lists:
         setattr(out, name, [t for a in algos for t in getattr(a, name)])
     for name, part in layout.parts:

@@ -285,9 +285,11 @@ class _Seed:
 
     def evaluate(self) -> dict:
         run = self.ctx.run
+        t0 = time.perf_counter()
         with self.rng:
             ret, score, source, success = evaluate_policy(self.algo, run, run.eval_episodes, run.seed + 10_000)
-        row = {"eval_return": ret, "normalized_score": score, "score_reference": source}
+        row = {"eval_return": ret, "normalized_score": score, "score_reference": source,
+               "eval_s": round(time.perf_counter() - t0, 3)}  # wall time of this evaluation (as _run logs it)
         return row if success is None else {**row, "eval_success_rate": success}
 
     def collect(self, step: int) -> None:

@@ -8,7 +8,18 @@ import torch
 from torch import nn
 
 from ctrl_rl.core.nets import EnsembleMLP, mlp
-from ctrl_rl.core.seeds import Each, SeedGenerators, SeedLayout, batch_seeds, rand, randn, randperm, seed_stack, unstack
+from ctrl_rl.core.seeds import (
+    Each,
+    SeedCalls,
+    SeedGenerators,
+    SeedLayout,
+    batch_seeds,
+    rand,
+    randn,
+    randperm,
+    seed_stack,
+    unstack,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -96,6 +107,16 @@ def test_each_steps_every_member_and_unstack_splits_by_seed():
     assert all(p.grad is None for p in ps)
     assert [float(v) for v in unstack(torch.tensor([1.0, 2.0]), 2)] == [1.0, 2.0]
     assert [float(v) for v in unstack(torch.tensor(3.0), 2)] == [3.0, 3.0]
+
+
+def test_seed_calls_run_each_member_on_its_slice():
+    """SeedCalls (a layout's ``calls``): member k on slice k, bit for bit its call alone, buffers its own."""
+    norms = [nn.BatchNorm1d(3).eval() for _ in range(2)]
+    for k, m in enumerate(norms):
+        m.running_mean.fill_(float(k))
+    x = torch.randn(2, 5, 3)
+    y = SeedCalls(norms)(x)
+    assert all(torch.equal(y[k], norms[k](x[k])) for k in range(2)) and not torch.equal(y[0], y[1])
 
 
 def test_modules_it_cannot_stack_are_refused():

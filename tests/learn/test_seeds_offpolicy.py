@@ -34,7 +34,7 @@ BATCH = {"sac": 32, "redq": 32, "splits": 64}
 def _metrics(run_dir) -> list[dict]:
     """The metrics rows without their timings."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in ("wall_time", "updates_per_s", "sps")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("wall_time", "updates_per_s", "sps", "eval_s")} for r in rows]
 
 
 def _run(seed=0, **loop):
