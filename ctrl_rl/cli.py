@@ -2,6 +2,7 @@
 
     ctrl-rl train ALGO --env ID [--num-envs N] [--total-steps S] [--seed K] [--run-dir DIR] [--preset NAME]
                        [--device cpu|cuda] [--resume DIR] [every loop setting and hyperparameter of the algorithm]
+    ctrl-rl train --preset NAME [flags]               (the algorithm the preset names, e.g. fastsac-halfcheetah)
     ctrl-rl train iql|cql|calql|sac ... --seeds 0 1 2 [--run-dir DIR] ...   (several seeds in one process,
                        batched networks, one run directory per seed under DIR; --resume DIR continues them all)
     ctrl-rl train ALGO --dataset LEROBOT_DIR [--robot NAME] ...   (no --env: real-robot data, the robot's spec from
@@ -234,6 +235,8 @@ def cmd_train(args: list[str]) -> int:
         print(f"usage: ctrl-rl train ALGO [flags]   (ALGO one of {registry.names()}; `ctrl-rl train ppo --help` "
               "lists the flags; `ctrl-rl list algos` says what each is)")
         return 0 if args else 2
+    if args[0].startswith("-") and (named := _pop_value(args, "--preset")) is not None:
+        args = [load_preset(named).algo, *args]  # `ctrl-rl train --preset NAME ...`: the preset names its algorithm
     algo, rest = args[0], args[1:]
     method = _pop_value(rest, "--method")  # a family once chose its method by flag; each is now an algorithm
     if method is not None and algo not in registry.names() and f"{algo}_{method}" in registry.names():

@@ -33,11 +33,15 @@ The actor is pluggable: any module with ``sample(obs, generator) -> (action [B,A
 ``[-1, 1]`` and ``mode(obs) -> action`` works (SAC Flow's flow policies use this; flat observations only).
 
 Observations (``ctrl_rl.core.obs``): flat ``[B,O]`` observations go to actor and critics as they are (no
-encoder, no extra op). Observations with several parts (camera images, a proprio ``state``) follow DrQ
-(Kostrikov, Yarats & Fergus 2021, "Image Augmentation Is All You Need") as DrQ-v2 (Yarats et al. 2022)
-writes it: one encoder (``core.encoders.make_encoder``, ``config.encoder``) maps a batch to features
-``[B,F]``; the critics share it and the critic loss trains it; the actor reads the same batch's features
-detached (the actor loss never trains the encoder), computed once per update before the critic step.
+encoder, no extra op), or through a running mean/std normalizer with ``obs_norm`` (FastTD3/FastSAC, Seo et al.
+2025: statistics of every env step's observations; the replay keeps raw observations, each batch is normalized
+with the current statistics; the export folds them in). An n-step batch (``Transition.discount``, the loop's
+``--n-step``) bootstraps with its per-transition discount instead of ``gamma``. Observations with several
+parts (camera images, a proprio ``state``) follow DrQ (Kostrikov, Yarats & Fergus 2021, "Image Augmentation Is
+All You Need") as DrQ-v2 (Yarats et al. 2022) writes it: one encoder (``core.encoders.make_encoder``,
+``config.encoder``) maps a batch to features ``[B,F]``; the critics share it and the critic loss trains it; the
+actor reads the same batch's features detached (the actor loss never trains the encoder), computed once per
+update before the critic step.
 With ``drq_pad > 0`` the image parts of obs and next_obs are randomly shifted in every update (DrQ's
 augmentation, one draw per sample: DrQ's K = M = 1, as DrQ-v2). Deliberate deviation from DrQ: DrQ keeps a
 target encoder (Polyak-averaged with the target critics); here the target's features phi(s') come from
@@ -61,7 +65,7 @@ from ctrl_rl.algos.registry import AlgoEntry, register
 from ctrl_rl.core.distributions import LOG_STD_MAX, LOG_STD_MIN, tanh_normal_sample
 from ctrl_rl.core.encoders import Encoder, EncoderFields, make_encoder, random_shift_obs
 from ctrl_rl.core.losses import edac_diversity, td_target
-from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleLinear, EnsembleMLP, mlp
+from ctrl_rl.core.nets import Activation, BatchRenorm, EnsembleLinear, EnsembleMLP, RunningNorm, mlp
 from ctrl_rl.core.obs import Obs, obs_cat
 from ctrl_rl.core.optim import adam_step, set_grads
 from ctrl_rl.core.policies import DeterministicPolicy
@@ -148,6 +152,10 @@ class SACConfig(EncoderFields):
     edac_init: bool = False
     """EDAC's initialisation: hidden biases 0.1, critic output layer U(-3e-3, 3e-3), actor output U(-1e-3, 1e-3)
     (RAVL: on)."""
+    obs_norm: bool = False
+    """Normalize flat observations with running mean/std (``core.nets.RunningNorm``, PPO's) before actor and
+    critics: the loop feeds it every env step's observations (``update_obs_stats``), the replay keeps raw ones, the
+    statistics travel with the checkpoint and are folded into the export (FastTD3/FastSAC; off: the SAC paper)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -276,6 +284,12 @@ class SAC:
                                         make_encoder(parts, c.encoder, keyed=True).to(self.device))
         if spec.privileged_parts:
             self.spec = spec.with_parts(spec.robot_parts)
+        if c.obs_norm and (not spec.is_flat or actor is not None):
+            raise UserInputError(f"--obs-norm normalizes the flat observations SAC's own actor reads: env "
+                                 f"{spec.env_id!r} with {type(self).__name__} does not have them (expected a "
+                                 "state-vector env and SAC's Gaussian actor, or --no-obs-norm)")
+        # running mean/std of the flat observations (obs_norm), applied wherever observations become features
+        self.obs_norm = RunningNorm((spec.obs_dim,)).to(self.device) if c.obs_norm else None
         feat_dim = spec.obs_dim if self.encoder is None else self.encoder.out_dim
         actor_linears: list[nn.Linear] = []  # of SAC's own actor (a given actor keeps its initialisation)
         if actor is None:
@@ -327,8 +341,15 @@ class SAC:
         """Features ``[B,F]`` of observations for actor and critics; flat ``[B,O]`` observations as they are."""
         if self.encoder is None:
             assert isinstance(obs, torch.Tensor)  # no encoder: a flat spec, plain-tensor observations
-            return obs
+            return obs if self.obs_norm is None else self.obs_norm(obs)
         return self.encoder(obs)
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: Obs) -> None:
+        """Merge a step's observations ``[N,O]`` into the running statistics (``obs_norm``; else nothing)."""
+        if self.obs_norm is not None:
+            assert isinstance(obs, torch.Tensor)  # obs_norm: flat observations (checked when built)
+            self.obs_norm.update(obs)
 
     def features(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
         """``(phi(s) [B,F], phi(s') [B,F])`` for one update: image parts shifted (``drq_pad``), phi(s) with
@@ -336,6 +357,8 @@ class SAC:
         if self.encoder is None:
             # no encoder: a flat spec, plain-tensor observations
             assert isinstance(batch.obs, torch.Tensor) and isinstance(batch.next_obs, torch.Tensor)
+            if self.obs_norm is not None:
+                return self.obs_norm(batch.obs), self.obs_norm(batch.next_obs)
             return batch.obs, batch.next_obs
         obs, next_obs = self._augment(batch.obs), self._augment(batch.next_obs)
         with torch.no_grad():
@@ -372,7 +395,8 @@ class SAC:
     def exportable(self) -> nn.Module:
         """Deterministic policy on a copy of the actor (and encoder) in evaluation mode (the agent's action space
         [-1, 1]); it takes the dict of parts for multi-part observations (``DeterministicPolicy``)."""
-        return DeterministicPolicy(copy.deepcopy(self.actor), copy.deepcopy(self.encoder)).eval()
+        front = self.encoder if self.obs_norm is None else self.obs_norm  # obs_norm: flat, no encoder
+        return DeterministicPolicy(copy.deepcopy(self.actor), copy.deepcopy(front)).eval()
 
     def update_critic(self, batch: Transition, next_sample: tuple[torch.Tensor, torch.Tensor] | None = None,
                       feats: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -407,7 +431,8 @@ class SAC:
                 q = self.critic(torch.cat([f.unsqueeze(0).expand(E, *f.shape), a_e], -1)).squeeze(-1)  # [E,B]
             else:
                 q = self.q(self.critic, f, batch.action)  # [*S,E,B]
-        y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, c.gamma,
+        gamma = c.gamma if batch.discount is None else batch.discount  # an n-step batch's gamma^k ([B])
+        y = td_target(q_next, subset, batch.reward, batch.terminated, next_logp, self.alpha, gamma,
                       c.backup_entropy)  # [*S,B]
         sq = (q - y.unsqueeze(-2)).square()  # [*S,E,B]
         loss = sq.mean((-2, -1)) if c.critic_reduction == "mean" else sq.mean(-1).sum(-1)  # [*S]
@@ -441,7 +466,7 @@ class SAC:
         if feats is None:
             if self.encoder is None:
                 assert isinstance(batch.obs, torch.Tensor)  # no encoder: a flat spec, plain-tensor observations
-                feats = batch.obs  # [B,O]
+                feats = self.encode(batch.obs)  # [B,O] (normalized with obs_norm)
             else:
                 with torch.no_grad():
                     feats = self.encoder(self._augment(batch.obs))  # [B,F]
@@ -519,7 +544,8 @@ class SAC:
         return bool(torch.stack([p.detach().isfinite().all() for p in params]).all())
 
     def state_dict(self) -> dict:
-        """Networks, optimizers, temperature and generator; ``encoder`` only with multi-part observations."""
+        """Networks, optimizers, temperature and generator; ``encoder`` only with multi-part observations,
+        ``obs_norm`` (the running statistics) only with ``obs_norm``."""
         state = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
                  "critic_target": self.critic_target.state_dict() if self.critic_target is not None else None,
                  "log_alpha": self.log_alpha.detach().clone(), "critic_updates": self.critic_updates,
@@ -527,6 +553,8 @@ class SAC:
                  "alpha_opt": self.alpha_opt.state_dict() if self.alpha_opt else None, "gen": self.gen.get_state()}
         if self.encoder is not None:
             state["encoder"] = self.encoder.state_dict()
+        if self.obs_norm is not None:
+            state["obs_norm"] = self.obs_norm.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -534,6 +562,10 @@ class SAC:
         self.critic.load_state_dict(state["critic"])
         if self.encoder is not None:
             self.encoder.load_state_dict(state["encoder"])
+        if self.obs_norm is not None:
+            if "obs_norm" not in state:
+                raise KeyError("obs_norm: the checkpoint was trained without --obs-norm")
+            self.obs_norm.load_state_dict(state["obs_norm"])
         if self.critic_target is not None:
             self.critic_target.load_state_dict(state["critic_target"])
         self.critic_updates = int(state.get("critic_updates", 0))

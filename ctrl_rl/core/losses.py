@@ -17,12 +17,14 @@ from ctrl_rl.core.seeds import select_members
 
 
 def td_target(q_next: torch.Tensor, subset: torch.Tensor | None, reward: torch.Tensor, terminated: torch.Tensor,
-              next_logp: torch.Tensor, alpha: torch.Tensor, gamma: float, backup_entropy: bool) -> torch.Tensor:
+              next_logp: torch.Tensor, alpha: torch.Tensor, gamma: float | torch.Tensor,
+              backup_entropy: bool) -> torch.Tensor:
     """``y = r + gamma * (1 - terminated) * (min_{i in subset} Qbar_i(s', a') - [backup_entropy] alpha log pi(a'|s'))``.
 
     ``q_next [E,B]`` of the target critics at (s', a'), ``subset [M]`` member indices (None: every member, no
     gather), ``reward [B]``, ``terminated [B]`` bool, ``next_logp [B]``, ``alpha []`` -> ``y [B]``. A truncated
-    transition bootstraps like any other. Seed-batched (``core.seeds``): a leading ``[S]`` on every argument
+    transition bootstraps like any other. ``gamma`` may be a ``[B]`` tensor: an n-step batch's per-transition
+    bootstrap discount (``Transition.discount``). Seed-batched (``core.seeds``): a leading ``[S]`` on every argument
     (``subset [S,M]``, ``alpha [S]``).
     """
     q_t = q_next.amin(-2) if subset is None else select_members(q_next, subset).min(-2).values  # [*S,B]

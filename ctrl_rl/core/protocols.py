@@ -10,6 +10,7 @@ the type is known. ``tests/algos/test_contract.py`` builds every registered algo
 - ``OnPolicySampling``: stochastic actions with their log-probabilities for a rollout (PPO, IMPALA, DoMo-AC).
 - ``Scheduled``: settings that follow training progress (learning-rate annealing, NeuBay's schedules).
 - ``ActorWeights``: the part of the state an actor process needs (actor-learner regimes).
+- ``ObservationStatistics``: running statistics of the observations (SAC's ``obs_norm``), fed by the loop.
 - ``Recurrent``: an acting state carried across steps (NeuBay's history encoder, a VLA's chunk queue):
   ``reset_state(n)`` for n fresh episodes, ``observe(reward, done)`` after each step.
 - ``RecurrentPolicy``: an exported module with a hidden state input (``initial_hidden``).
@@ -84,6 +85,14 @@ class ActorWeights(Protocol):
         ...
 
     def load_policy_state(self, state: dict[str, torch.Tensor]) -> None: ...
+
+
+@runtime_checkable
+class ObservationStatistics(Protocol):
+    def update_obs_stats(self, obs: Obs) -> None:
+        """Merge one env step's observations ``[N,...]`` into the statistics the agent normalizes with (the off-policy
+        loop calls it every step, warm-up included; an agent without normalization does nothing)."""
+        ...
 
 
 @runtime_checkable

@@ -68,6 +68,9 @@ class OffPolicyLoopConfig:
     """Who acts during the warm-up: uniform random actions, or the (frozen) policy sampling (WSRL)."""
     utd_ratio: float = 1.0
     """Updates per env step (summed over envs; fractions carry over)."""
+    n_step: int = 1
+    """n-step returns (``storage.replay.NStepSampler``): each sampled transition follows its env n - 1 steps further,
+    stopping at an episode end, and bootstraps with gamma^k (FastTD3: 3; 1: one-step SAC)."""
     offline_ratio: float = 0.0
     """Fraction of every batch drawn from --dataset (RLPD 0.5; 0 without offline data)."""
     offline_steps: int = 0
@@ -94,6 +97,7 @@ class OffPolicyLoopConfig:
             raise UserInputError(f"invalid --utd-ratio {self.utd_ratio!r}: "
                                  "expected a positive number of updates per env step")
         _finite_fraction("offline_ratio", self.offline_ratio)
+        _positive_int("n_step", self.n_step)
         if self.warmup_actions not in ("random", "policy"):
             raise UserInputError(f"invalid --warmup-actions {self.warmup_actions!r}: expected 'random' or 'policy'")
         if not isinstance(self.offline_steps, int) or self.offline_steps < 0:

@@ -15,7 +15,12 @@ Offline-to-online runs use the same loop: ``--init`` starts from a pre-trained c
 entry's ``init_from`` algorithms (its ``init_fields`` replace the config's), ``--dataset`` with ``offline_ratio``
 mixes offline data into every batch, ``clip_actions`` clips stored actions. An entry with a ``pretrain_step``
 first runs an offline pre-training run (``ctrl_rl.learn.offline_to_online``). With ``--eval-every K`` (env steps) the
-deterministic policy is evaluated at step 0 and every K steps, logging ``eval_return`` and ``normalized_score``.
+deterministic policy is evaluated at step 0 and every K steps, logging ``eval_return``, ``normalized_score`` and
+``eval_s`` (the evaluation's own wall time, which benchmarks of training time subtract).
+
+The FastTD3/FastSAC recipe (experiments/presets/fastsac-*.json) adds two things here: ``--n-step`` (batches of
+n-step transitions, ``storage.replay.NStepSampler``) and, for an agent with running observation statistics
+(``core.protocols.ObservationStatistics``, SAC's ``obs_norm``), every step's observations fed to them before it acts.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import torch
 
 from ctrl_rl.algos import registry
 from ctrl_rl.core.obs import obs_map, obs_nbytes, obs_to
-from ctrl_rl.core.protocols import Algorithm
+from ctrl_rl.core.protocols import Algorithm, ObservationStatistics
 from ctrl_rl.core.seeds import batch_seeds
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.learn.checkpoint import read_init, with_network_shape
@@ -49,7 +54,7 @@ from ctrl_rl.learn.runtime import (
 )
 from ctrl_rl.learn.seeds import OwnRNG, SeedSamplers, split_info
 from ctrl_rl.storage.datasets import open_dataset, to_replay
-from ctrl_rl.storage.replay import MixedSampler, ReplayBuffer
+from ctrl_rl.storage.replay import MixedSampler, NStepSampler, ReplayBuffer
 
 
 def load_init(algo: Algorithm, state: dict, path: str, env_id: str) -> None:
@@ -100,6 +105,26 @@ class EpisodeTally:
         s, ln, n, k = self.sums.sum(1).tolist()
         self.sums.zero_()
         return s, ln, int(n), ((k / n) if n > 0 else None) if self.has_success else None
+
+
+def replay_sampler(buffer: ReplayBuffer, offline: ReplayBuffer | None, loop: OffPolicyLoopConfig, cfg,
+                   num_envs: int) -> ReplayBuffer | MixedSampler | NStepSampler:
+    """What the updates draw their batches from: the replay buffer, its mix with offline data (``offline_ratio``),
+    or its n-step transitions (``n_step > 1``, with the algorithm's ``gamma``; the buffer is filled ``num_envs``
+    rows at a time)."""
+    if loop.n_step > 1:
+        if offline is not None and loop.offline_ratio > 0:
+            raise UserInputError(f"--n-step {loop.n_step} reads whole trajectories from the replay buffer, which "
+                                 "offline data mixed into the batches (--offline-ratio) does not have: expected "
+                                 "--n-step 1 with --dataset")
+        gamma = getattr(cfg, "gamma", None)
+        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool):
+            raise UserInputError(f"--n-step {loop.n_step} discounts with the algorithm's gamma, and "
+                                 f"{type(cfg).__name__} has none: expected --n-step 1")
+        return NStepSampler(buffer, loop.n_step, float(gamma), num_envs)
+    if offline is None or loop.offline_ratio == 0:
+        return buffer
+    return MixedSampler(buffer, offline, loop.offline_ratio)
 
 
 def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
@@ -163,8 +188,8 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo: Algorithm, buff
     loop, gen, device = run.loop, ctx.gen, ctx.device
     assert isinstance(loop, OffPolicyLoopConfig)  # train_offpolicy ran ensure_loop
     N, A = run.num_envs, env.spec.action_dim
-    sampler = (buffer if offline is None or loop.offline_ratio == 0
-               else MixedSampler(buffer, offline, loop.offline_ratio))
+    sampler = replay_sampler(buffer, offline, loop, cfg, N)
+    stats = algo if isinstance(algo, ObservationStatistics) else None  # running observation statistics (obs_norm)
     B = loop.batch_size
 
     def update() -> dict:
@@ -204,8 +229,10 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo: Algorithm, buff
         saved_at = it
 
     def evaluate() -> dict:
+        t0 = time.perf_counter()
         ret, score, source, success = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
-        row = {"eval_return": ret, "normalized_score": score, "score_reference": source}
+        row = {"eval_return": ret, "normalized_score": score, "score_reference": source,
+               "eval_s": round(time.perf_counter() - t0, 3)}  # wall time of this evaluation (benchmarks subtract it)
         return row if success is None else {**row, "eval_success_rate": success}
 
     tally = EpisodeTally(N, device)
@@ -218,6 +245,8 @@ def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo: Algorithm, buff
         if run.eval_every and step >= next_eval:
             ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), **evaluate()})
             next_eval += run.eval_every
+        if stats is not None:
+            stats.update_obs_stats(obs)
         if step < loop.learning_starts and random_warmup:
             action = torch.rand((N, A), generator=gen, device=device) * 2 - 1  # [N,A] uniform in [-1, 1]
         else:
@@ -387,8 +416,7 @@ def train_offpolicy_seeds(runs: Sequence[RunConfig], algo_name: str, cfg, run_di
                 load_init(algo, *init, r.env)
             buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, env.spec.action_dim, ctx.device,
                                   obs_parts=env.spec.parts)
-            sampler = (buffer if offline is None or loop.offline_ratio == 0
-                       else MixedSampler(buffer, offline, loop.offline_ratio))
+            sampler = replay_sampler(buffer, offline, loop, cfg_k, r.num_envs)
             if ctx.checkpoint is not None:
                 ck = ctx.checkpoint
                 load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")

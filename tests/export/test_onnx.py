@@ -34,6 +34,7 @@ FAMILIES = {
     "sac": ["sac", "--env", "Pendulum-v1", *OFF],  # bounds [-2, 2]: the rescaling is inside the graph
     "crossq": ["sac", "--env", "torch:Pendulum", "--crossq", "--actor-batch-renorm", "--renorm-warmup", "1", *OFF],
     "sac_image": ["sac", "--env", PIX, *CNN, *OFF],
+    "sac_obs_norm": ["sac", "--env", "torch:Pendulum", "--obs-norm", "--n-step", "3", *OFF],  # normalizer in the graph
     "sac_flow": ["sac_flow", "--env", "torch:Pendulum", "--flow-hidden", "16", "--noise-hidden", "16", "--d-model", "8",
                  "--n-layers", "1", *OFF],
     "iql": ["iql", "--env", "torch:Pendulum", "--dataset", "{pendulum}", "--total-steps", "8", "--batch-size", "16",

@@ -53,9 +53,12 @@ def _fill(buf, steps, n_envs=2, ends=()):
 
 
 def _sample_rows(sampler, rows):
-    """The sampler's batch whose first transitions are ``rows`` (the buffer's random draw replaced)."""
+    """The sampler's batch whose first transitions are ``rows`` (the buffer's random draw replaced), with its flat
+    observations as lists."""
     sampler.buffer.sample_indices = lambda b, g: torch.tensor(rows)
-    return sampler.sample(len(rows))
+    b = sampler.sample(len(rows))
+    assert isinstance(b.obs, torch.Tensor) and isinstance(b.next_obs, torch.Tensor)  # a flat buffer
+    return b, b.obs.squeeze(1).tolist(), b.next_obs.squeeze(1).tolist()
 
 
 def test_sampler_follows_each_env_and_stops_at_episode_ends():
@@ -68,10 +71,10 @@ def test_sampler_follows_each_env_and_stops_at_episode_ends():
     # row 4 = (t2, env0): t2, t3, t4: 2 + 1.5 + 1 = 4.5, next obs of t4 = 45
     # row 5 = (t2, env1): truncated at once: 102, next obs 30, bootstrap gamma
     # row 8 = (t4, env0): the newest step: 4, next obs 45, gamma
-    b = _sample_rows(s, [0, 1, 4, 5, 8])
-    assert b.obs.squeeze(1).tolist() == [0.0, 1.0, 20.0, 21.0, 40.0]
+    b, obs, next_obs = _sample_rows(s, [0, 1, 4, 5, 8])
+    assert obs == [0.0, 1.0, 20.0, 21.0, 40.0]
     assert b.reward.tolist() == [0.5, 176.0, 4.5, 102.0, 4.0]
-    assert b.next_obs.squeeze(1).tolist() == [15.0, 26.0, 45.0, 26.0, 45.0]
+    assert next_obs == [15.0, 26.0, 45.0, 26.0, 45.0]
     assert b.terminated.tolist() == [T, F, F, F, F]
     assert b.truncated.tolist() == [F, T, F, T, F]
     assert b.discount is not None and b.discount.tolist() == [0.25, 0.125, 0.125, 0.5, 0.5]
@@ -83,12 +86,12 @@ def test_sampler_wraps_around_a_full_buffer():
     s = NStepSampler(buf, 2, 0.5, stride=3)
     # row 2 holds (t=4, env 2)? rows are written at (added) % 7: t=4 env i -> (12 + i) % 7 = 5, 6, 0
     # t=3 env i -> (9 + i) % 7 = 2, 3, 4;  t=2 env 2 -> 8 % 7 = 1
-    b = _sample_rows(s, [2, 1, 0])
+    b, obs, next_obs = _sample_rows(s, [2, 1, 0])
     # row 2 (t3, env0): r 3 + 0.5*4 = 5, next obs 45; row 1 (t2, env2): 202 + 0.5*203 = 303.5, next 10*3+2+5 = 37;
     # row 0 (t4, env2): the newest: 204, next 47
-    assert b.obs.squeeze(1).tolist() == [30.0, 22.0, 42.0]
+    assert obs == [30.0, 22.0, 42.0]
     assert b.reward.tolist() == [5.0, 303.5, 204.0]
-    assert b.next_obs.squeeze(1).tolist() == [45.0, 37.0, 47.0]
+    assert next_obs == [45.0, 37.0, 47.0]
     assert b.discount is not None and b.discount.tolist() == [0.25, 0.25, 0.5]
 
 
