@@ -4,7 +4,8 @@ extra installs it).
 
 Used by ``experiments/ppo_halfcheetah_sps/`` (PPO env-steps/s), ``experiments/time_to_3000/`` (PPO wall time to a
 return), ``experiments/sac_updates/`` (SAC updates/s) and ``experiments/sac_default_speed/`` (whole SAC runs with
-each library's defaults); each script's docstring says what is matched.
+each library's defaults) and ``experiments/fast_sac/`` (SAC's evaluation return against wall time); each script's
+docstring says what is matched.
 """
 
 from __future__ import annotations
@@ -125,3 +126,71 @@ def sac_default_run(warmup: int, learning: int, seed: int) -> dict:
     model = SAC("MlpPolicy", "HalfCheetah-v5", learning_starts=warmup, seed=seed, verbose=0, device="cpu")
     model.learn(total_timesteps=warmup + learning)
     return {"updates": int(model._n_updates), "torch_threads": torch.get_num_threads()}
+
+
+def sac_eval_curve(seed: int, budget_steps: int, budget_s: float, eval_every: int, eval_episodes: int,
+                   stop_return: float | None = None) -> dict:
+    """SB3 SAC with rl-zoo's HalfCheetah settings (``hyperparams/sac.yml``: ``learning_starts`` 10,000 and SB3's SAC
+    defaults otherwise: 1 gymnasium env, 256x256, batch 256, lr 3e-4, tau 0.005, gamma 0.99, UTD 1, replay 1M, entropy
+    coefficient learned, torch's default thread count) on HalfCheetah-v5, its deterministic policy evaluated on a
+    separate env every ``eval_every`` steps (``eval_episodes`` episodes, seeds seed + 10000 + k) from step 0.
+
+    Stops at ``budget_steps`` env steps, at ``budget_s`` seconds of training (wall time of ``learn()`` less the time
+    spent evaluating), or once an evaluation reaches ``stop_return``. Returns the curve ``[[step, train_s, wall_s,
+    eval_return], ...]`` and the steps run."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    eval_env = gym.make("HalfCheetah-v5")
+
+    def evaluate(model) -> float:
+        total = []
+        for k in range(eval_episodes):
+            obs, _ = eval_env.reset(seed=seed + 10_000 + k)
+            ret, done = 0.0, False
+            while not done:
+                action, _ = model.predict(obs, deterministic=True)
+                obs, r, term, trunc, _ = eval_env.step(action)
+                ret += float(r)
+                done = term or trunc
+            total.append(ret)
+        return float(np.mean(total))
+
+    class Curve(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.curve: list[list[float]] = []
+            self.t0 = time.perf_counter()
+            self.eval_s = 0.0
+            self.next_eval = 0
+
+        def _on_training_start(self) -> None:
+            self.t0 = time.perf_counter()
+            self.record()  # step 0
+
+        def train_s(self) -> float:
+            return time.perf_counter() - self.t0 - self.eval_s
+
+        def record(self) -> bool:
+            """Evaluate now; False when the run should stop."""
+            wall, train = time.perf_counter() - self.t0, self.train_s()
+            t = time.perf_counter()
+            ret = evaluate(self.model)
+            self.eval_s += time.perf_counter() - t
+            self.curve.append([int(self.num_timesteps), round(train, 3), round(wall, 3), ret])
+            self.next_eval += eval_every
+            return stop_return is None or ret < stop_return
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_eval and not self.record():
+                return False
+            return self.train_s() < budget_s
+
+    cb = Curve()
+    model = SAC("MlpPolicy", "HalfCheetah-v5", learning_starts=10_000, seed=seed, verbose=0, device="cpu")
+    model.learn(total_timesteps=budget_steps, callback=cb)
+    if not cb.curve or cb.curve[-1][0] != model.num_timesteps:
+        cb.record()  # the return where the run stopped
+    return {"curve": cb.curve, "steps_run": int(model.num_timesteps), "eval_s": round(cb.eval_s, 3)}
