@@ -602,7 +602,7 @@ def _seeds_refuse(c: SACConfig) -> str | None:
 # SAC by this layout too, as a part)
 SEED_LAYOUT = SeedLayout(("actor", "critic", "critic_target"), each=("actor_opt", "critic_opt", "alpha_opt"),
                          lists=("_tgt", "_src", "actor_params"), tensors=("log_alpha",), counters=("critic_updates",),
-                         refuse=_seeds_refuse)
+                         calls=("obs_norm",), refuse=_seeds_refuse)
 
 register(AlgoEntry(
     "sac", SACConfig, SAC, regime="off-policy",

@@ -330,6 +330,8 @@ class _Seed:
             ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), **self.evaluate()})
             self.next_eval += run.eval_every
         N, A = run.num_envs, self.env.spec.action_dim
+        if isinstance(self.algo, ObservationStatistics):  # running observation statistics (obs_norm), as _run
+            self.algo.update_obs_stats(self.obs)
         if step < loop.learning_starts and loop.warmup_actions == "random":
             action = torch.rand((N, A), generator=ctx.gen, device=ctx.device) * 2 - 1  # [N,A] uniform in [-1, 1]
         else:

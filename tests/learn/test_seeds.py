@@ -168,6 +168,7 @@ def test_every_seed_layout_names_what_its_algorithm_has():
         assert all(isinstance(getattr(obj, n), list) for n in layout.lists), name
         assert all(isinstance(getattr(obj, n), (torch.Tensor, type(None))) for n in layout.tensors), name
         assert all(isinstance(getattr(obj, n), int) for n in layout.counters), name
+        assert all(isinstance(getattr(obj, n), (torch.nn.Module, type(None))) for n in layout.calls), name
         for part, sub in layout.parts:
             check(getattr(obj, part), sub, f"{name}.{part}")
 

@@ -25,10 +25,13 @@ CONFIGS = {"sac": registry.get("sac").default_config(actor_hidden=(32, 32), crit
                                                       policy_delay=2, learn_alpha=False),
            # WSRL's batch update: two critic minibatches of 32, then one actor step on their union
            "splits": registry.get("sac").default_config(actor_hidden=(32, 32), critic_hidden=(32, 32),
-                                                        critic_splits=2)}
+                                                        critic_splits=2),
+           # the FastSAC recipe's inputs: running observation statistics (each seed's own), 3-step returns
+           "fast": registry.get("sac").default_config(actor_hidden=(32, 32), critic_hidden=(32, 32), obs_norm=True)}
+LOOP = {"fast": {"n_step": 3}}
 # a batch of 32 rows (x 1 action): element-wise kernels with a vectorized body and a scalar tail (softplus) give a
 # seed's slice its bits alone only if the slice is whole vector blocks (core.seeds), which 32 floats are
-BATCH = {"sac": 32, "redq": 32, "splits": 64}
+BATCH = {"sac": 32, "redq": 32, "splits": 64, "fast": 32}
 
 
 def _metrics(run_dir) -> list[dict]:
@@ -46,14 +49,14 @@ def _run(seed=0, **loop):
                                                  "utd_ratio": 0.5, **loop}))
 
 
-@pytest.mark.parametrize("name", ["sac", "redq", "splits"])
+@pytest.mark.parametrize("name", ["sac", "redq", "splits", "fast"])
 def test_each_seed_equals_its_run_alone(name, tmp_path):
-    cfg, B = CONFIGS[name], BATCH[name]
+    cfg, loop = CONFIGS[name], {"batch_size": BATCH[name], **LOOP.get(name, {})}
     dirs = [tmp_path / "seeds" / f"seed_{s}" for s in SEEDS]
-    results = train_seeds([_run(s, batch_size=B) for s in SEEDS], "sac", cfg, dirs)
+    results = train_seeds([_run(s, **loop) for s in SEEDS], "sac", cfg, dirs)
     assert [r.step for r in results] == [120] * 3
     for seed, res, d in zip(SEEDS, results, dirs):
-        alone = train_offpolicy(_run(seed, batch_size=B), "sac", cfg, tmp_path / f"alone_{seed}")
+        alone = train_offpolicy(_run(seed, **loop), "sac", cfg, tmp_path / f"alone_{seed}")
         assert _same_state(res.algo.state_dict(), alone.algo.state_dict()) == []
         rows = _metrics(d)
         assert rows == _metrics(tmp_path / f"alone_{seed}")
