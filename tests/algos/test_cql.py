@@ -22,6 +22,7 @@ from ctrl_rl.core.nets import EnsembleMLP
 from ctrl_rl.core.seeds import batch_seeds, seed_stack
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
+from ctrl_rl.learn.seeds import stack_batches
 from ctrl_rl.storage.datasets import OfflineDataset, to_replay
 from tests.learn.test_seeds import _same_state
 
@@ -144,7 +145,7 @@ def test_ensemble_forward_gives_each_seed_its_own_members_bit_for_bit():
 # ----- seeds-runs: S CQLs batched, each seed bit for bit its update alone -----
 
 def _stacked(batches: Sequence[Transition]) -> Transition:
-    return type(batches[0])(**{f: torch.stack([getattr(b, f) for b in batches]) for f in vars(batches[0])})
+    return stack_batches(batches)  # field by field, an unset optional field (Transition.discount) left None
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(lagrange=True, policy_delay=2), dict(calql=True),
