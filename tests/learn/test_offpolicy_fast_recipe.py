@@ -69,7 +69,8 @@ def test_fastsac_presets_build(name):
     entry = registry.get(p.algo)
     run = build_run(entry, p.run, p.loop, name)
     cfg = from_dict(entry.config, p.config, name)
-    assert isinstance(run.loop, OffPolicyLoopConfig) and run.loop.n_step == 3 and run.num_envs == 32
+    assert isinstance(run.loop, OffPolicyLoopConfig) and run.loop.n_step == 3 and run.num_envs >= 16
+    assert run.loop.utd_ratio < 1 and run.env.endswith("-v5")
     assert cfg.obs_norm and cfg.layer_norm
 
 
