@@ -21,6 +21,10 @@ deterministic policy is evaluated at step 0 and every K steps, logging ``eval_re
 The FastTD3/FastSAC recipe (experiments/presets/fastsac-*.json) adds two things here: ``--n-step`` (batches of
 n-step transitions, ``storage.replay.NStepSampler``) and, for an agent with running observation statistics
 (``core.protocols.ObservationStatistics``, SAC's ``obs_norm``), every step's observations fed to them before it acts.
+
+A single run and a seeds-run (``--seeds``, ``train_offpolicy_seeds``) are one loop, ``_drive``, over a list of
+``_Seed`` (one run's envs, replay, agent; built by ``_open_seed``): a single run is the one-seed case, updating its
+own agent; a seeds-run updates the seeds' agents batched (``learn/seeds.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -127,186 +131,81 @@ def replay_sampler(buffer: ReplayBuffer, offline: ReplayBuffer | None, loop: Off
     return MixedSampler(buffer, offline, loop.offline_ratio)
 
 
+def _check_run(entry, run: RunConfig) -> None:
+    """What an off-policy run needs before anything is built: ``--init``, ``--dataset``, a buffer of one step."""
+    loop = run.loop
+    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop: the off-policy regime's loop config
+    if entry.requires_init and loop.init is None:
+        raise UserInputError(f"`ctrl-rl train {entry.name}` needs --init RUN_DIR_OR_CHECKPOINT: expected a run of one "
+                             f"of {list(entry.init_from)} to fine-tune")
+    if entry.requires_dataset and run.dataset is None:
+        raise UserInputError(f"`ctrl-rl train {entry.name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl "
+                             ".hdf5 file, a generated dataset id or a Minari dataset id")
+    N = run.num_envs
+    if loop.buffer_size < N:
+        raise UserInputError(f"--buffer-size {loop.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
+
+
 def train_offpolicy(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool = False,
                     max_iterations: int | None = None) -> TrainResult:
     """Train an off-policy or offline-to-online algorithm. ``resume`` continues from
     ``run_dir/checkpoints/latest.pt``; ``max_iterations`` stops early after that many env steps of all envs
-    of this call (simulates an interruption)."""
+    of this call (simulates an interruption). The one-seed case of ``_drive``."""
     entry = registry.get(algo_name)
     run = ensure_loop(entry, run)
-    loop = run.loop
-    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop: the off-policy regime's loop config
-    if entry.requires_init and loop.init is None:
-        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: "
-                             "expected a run of one of "
-                             f"{list(entry.init_from)} to fine-tune")
-    if entry.requires_dataset and run.dataset is None:
-        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: "
-                             "expected a D4RL or ctrl_rl .hdf5 "
-                             "file, a generated dataset id or a Minari dataset id")
-    N = run.num_envs
-    if loop.buffer_size < N:
-        raise UserInputError(f"--buffer-size {loop.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
-    with RunContext(algo_name, run, cfg, run_dir, resume) as ctx:
-        gen = ctx.seed(run.seed)
-        spec = probe_spec(run)
-        check_env_memory(run, spec, N, ctx.device)
-        A = 1 if spec.discrete else spec.action_dim
-        check_memory(loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6),
-                     f"--buffer-size {loop.buffer_size} of {run.env}", "--buffer-size", ctx.device)
-        env = build_env(run, N, run.seed, getattr(cfg, "gamma", 0.99))
-        try:
-            if entry.continuous_only and env.spec.discrete:
-                raise UserInputError(f"{algo_name} needs continuous actions: env {run.env!r} has discrete actions")
-            A = env.spec.action_dim
-            init = None
-            if loop.init is not None and ctx.checkpoint is not None:  # the shapes this run took from its --init
-                cfg = with_network_shape(cfg, ctx.checkpoint["config"]["algo"], entry.init_fields)
-            elif loop.init is not None:
-                cfg, init_state, init_path = read_init(entry, cfg, loop.init)
-                init = (init_state, init_path)
-            ctx.cfg = cfg
-            offline = open_offline_data(entry, run, env.spec, ctx.device)
-            algo = entry.make(cfg, env.spec, ctx.device, gen)
-            if not isinstance(algo, Algorithm):
-                raise TypeError(f"{algo_name} runs in the off-policy loop but builds a {type(algo).__name__}, "
-                                "not an Algorithm")
-            if init is not None:
-                load_init(algo, *init, run.env)
-            buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, A, ctx.device, obs_parts=env.spec.parts)
-        except BaseException:
-            env.close()
-            raise
-        try:
-            return _run(ctx, entry, run, cfg, env, algo, buffer, offline, max_iterations)
-        finally:
-            env.close()
+    _check_run(entry, run)
+    with contextlib.ExitStack() as stack:
+        ctx = stack.enter_context(RunContext(algo_name, run, cfg, run_dir, resume))
+        sd = _open_seed(entry, ctx, cfg, stack, 1, lambda spec: open_offline_data(entry, run, spec, ctx.device))
+        return _drive(entry, [sd], sd.algo, sd.sampler, lambda info: [info], max_iterations,
+                      f"{entry.name} {run.env}")[0]
 
 
-def _run(ctx: RunContext, entry, run: RunConfig, cfg, env, algo: Algorithm, buffer, offline,
-         max_iterations) -> TrainResult:
-    loop, gen, device = run.loop, ctx.gen, ctx.device
-    assert isinstance(loop, OffPolicyLoopConfig)  # train_offpolicy ran ensure_loop
-    N, A = run.num_envs, env.spec.action_dim
-    sampler = replay_sampler(buffer, offline, loop, cfg, N)
-    stats = algo if isinstance(algo, ObservationStatistics) else None  # running observation statistics (obs_norm)
-    B = loop.batch_size
+def train_offpolicy_seeds(runs: Sequence[RunConfig], algo_name: str, cfg, run_dirs: Sequence[Path],
+                          resume: bool = False, max_iterations: int | None = None) -> list[TrainResult]:
+    """``train_offpolicy`` of every run of ``runs`` (one per seed, alike but for ``seed`` and the directory) in one
+    process: each seed's envs (seeded as alone), replay buffer, agent and generator built, collected with, evaluated
+    and checkpointed as its run alone; every update trains all seeds at once, the entry's ``update_step`` on the
+    agents batched by the entry's seed layout (``core.seeds``) drawing each seed's batch from its own replay
+    (``learn.seeds.SeedSamplers``). ``--dataset`` (offline data mixed into every batch) is loaded once and shared."""
+    entry = registry.get(algo_name)
+    runs = [ensure_loop(entry, r) for r in runs]
+    layout = entry.seed_layout
+    if layout is None or entry.pretrain_step is not None:
+        raise UserInputError(f"--seeds is not available for {algo_name!r}: expected an algorithm with a seed layout "
+                             "and no offline pre-training phase")
+    _check_run(entry, runs[0])
+    offline: list = []  # the offline data, read once (at the first seed, where its run alone reads it) for every seed
 
-    def update() -> dict:
-        return entry.update_step(algo, sampler, B, cfg)
+    def open_offline(run: RunConfig, spec, device: torch.device):
+        if not offline:
+            offline.append(open_offline_data(entry, run, spec, device))
+        return offline[0]
 
-    random_warmup = loop.warmup_actions == "random"
-    clip = loop.clip_actions
-    iterations = math.ceil(run.total_steps / N)
-    it, step, updates, credit, last_return, next_eval = 0, 0, 0, 0.0, float("nan"), 0
-    if ctx.checkpoint is not None:
-        ck, c = ctx.checkpoint, ctx.counters
-        load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")
-        load_state(env, ck["env_state"], "environments", ctx.ck_dir / "latest.pt")
-        obs = obs_to(ck["obs"], device)
-        if ck.get("replay") is not None:
-            buffer.load_state_dict(ck["replay"])
-        ctx.restore_rng()
-        it, step, updates, credit = c["iteration"], c["step"], c["updates"], c["credit"]
-        last_return, next_eval = c["last_return"], c.get("next_eval", 0)
-    else:
-        obs = env.reset(seed=run.seed)  # [N,O]
-    ctx.start(iterations * N, step, f"{entry.name} {run.env}")
-    saved_at = it
-
-    def checkpoint(snapshot: bool = False) -> None:
-        nonlocal saved_at
-        ctx.check_finite({}, algo, f"step {step}")
-        payload = {"algo_state": algo.state_dict(), "env_state": env.state_dict(),
-                   "obs": obs_map(lambda v: v.detach().cpu(), obs),
-                   "replay": buffer.state_dict() if loop.save_replay and not snapshot else None}
-        counters = {"iteration": it, "step": step, "updates": updates, "credit": credit, "last_return": last_return,
-                    "next_eval": next_eval}
-        if snapshot:
-            ctx.save(payload, counters, name=f"step_{step:09d}.pt")
-            return
-        ctx.save(payload, counters)
-        saved_at = it
-
-    def evaluate() -> dict:
-        t0 = time.perf_counter()
-        ret, score, source, success = evaluate_policy(algo, run, run.eval_episodes, run.seed + 10_000)
-        row = {"eval_return": ret, "normalized_score": score, "score_reference": source,
-               "eval_s": round(time.perf_counter() - t0, 3)}  # wall time of this evaluation (benchmarks subtract it)
-        return row if success is None else {**row, "eval_success_rate": success}
-
-    tally = EpisodeTally(N, device)
-    info: dict = {}
-    done_iters = 0
-    t_log, step_log, upd_log = time.time(), step, updates
-    while it < iterations:
-        if max_iterations is not None and done_iters >= max_iterations:
-            break
-        if run.eval_every and step >= next_eval:
-            ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), **evaluate()})
-            next_eval += run.eval_every
-        if stats is not None:
-            stats.update_obs_stats(obs)
-        if step < loop.learning_starts and random_warmup:
-            action = torch.rand((N, A), generator=gen, device=device) * 2 - 1  # [N,A] uniform in [-1, 1]
-        else:
-            action = algo.act(obs)  # [N,A]
-        if clip is not None:
-            action = action.clamp(-clip, clip)
-        out = env.step(action)
-        buffer.add(obs, action, out.reward, out.final_obs, out.terminated, out.truncated)
-        tally.add(out.info)
-        obs = out.obs
-        it += 1
-        done_iters += 1
-        step += N
-        if step >= loop.learning_starts and len(buffer) >= B:
-            credit += loop.utd_ratio * N
-            k = int(credit)
-            credit -= k
-            for _ in range(k):
-                info = update()
-            updates += k
-        postfix = None
-        if it % run.log_every == 0 or it == iterations:
-            vals = ctx.floats(info)
-            ctx.check_finite(vals, algo, f"step {step} (update {updates})")
-            s, ln, n, success = tally.pop()
-            if n > 0:
-                last_return = s / n
-            now = time.time()
-            dt = max(now - t_log, 1e-9)
-            sps, ups = (step - step_log) / dt, (updates - upd_log) / dt
-            t_log, step_log, upd_log = now, step, updates
-            row = {"step": step, "wall_time": round(ctx.wall_time(), 3), "iteration": it,
-                   "updates": updates, "episode_return": (s / n) if n > 0 else None,
-                   "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(sps, 1),
-                   "updates_per_s": round(ups, 1), "replay_size": len(buffer), **vals}
-            if success is not None:
-                row["success_rate"] = success
-            if run.eval_every and it == iterations:
-                row.update(evaluate())
-                next_eval = step + run.eval_every
-            ctx.log(row)
-            postfix = f"sps={sps:,.0f} ups={ups:,.0f} return={'-' if math.isnan(last_return) else f'{last_return:.1f}'}"
-        ctx.advance(N, postfix)
-        if loop.keep_every and it % loop.keep_every == 0:
-            checkpoint(snapshot=True)
-        if it % run.checkpoint_every == 0 or it == iterations:
-            checkpoint()
-    if done_iters > 0 and saved_at != it:
-        checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
-    return TrainResult(ctx.run_dir, step, it, last_return, ctx.wall_time(), algo)
+    with contextlib.ExitStack() as stack:
+        seeds: list[_Seed] = []
+        for r, d in zip(runs, run_dirs):
+            # the first context sets threads (a governor under --threads 0); the others keep what it set
+            fixed = r if not seeds else dataclasses.replace(r, threads=torch.get_num_threads())
+            ctx = stack.enter_context(RunContext(algo_name, fixed, cfg, d, resume))
+            ctx.run = r  # config.json and the checkpoints record the seed's own run
+            seeds.append(_open_seed(entry, ctx, cfg, stack, len(runs),
+                                    lambda spec, r=r, ctx=ctx: open_offline(r, spec, ctx.device)))
+        return _drive(entry, seeds, batch_seeds([sd.algo for sd in seeds], layout),
+                      SeedSamplers([sd.sampler for sd in seeds]), lambda info: split_info(info, len(seeds)),
+                      max_iterations, f"{entry.name} {runs[0].env} seeds {[r.seed for r in runs]}")
 
 
 class _Seed:
-    """One seed of an off-policy seeds-run: what ``_run`` keeps for its one run (context, envs, replay, agent, tally,
-    evaluation schedule), collected with, evaluated and checkpointed exactly as that run alone, under its own global
-    RNG state (``learn.seeds.OwnRNG``)."""
+    """One run of the loop (one seed of a seeds-run): its context, envs, replay, sampler, agent, last observation,
+    tally and evaluation schedule, collected with, evaluated and checkpointed as that run alone; ``rng`` holds its
+    global RNG state in a seeds-run (``learn.seeds.OwnRNG``) and is a no-op context for a single run."""
 
-    def __init__(self, ctx: RunContext, env, algo: Algorithm, buffer: ReplayBuffer, sampler, obs, rng: OwnRNG):
+    def __init__(self, ctx: RunContext, env, algo: Algorithm, buffer: ReplayBuffer, sampler, obs,
+                 rng: contextlib.AbstractContextManager):
         self.ctx, self.env, self.algo, self.buffer, self.sampler, self.obs, self.rng = (ctx, env, algo, buffer, sampler,
                                                                                          obs, rng)
+        self.stats = algo if isinstance(algo, ObservationStatistics) else None  # running observation statistics
         self.tally = EpisodeTally(ctx.run.num_envs, ctx.device)
         self.last_return, self.next_eval = float(ctx.counters.get("last_return", float("nan"))), 0
         if ctx.checkpoint is not None:
@@ -318,11 +217,11 @@ class _Seed:
         with self.rng:
             ret, score, source, success = evaluate_policy(self.algo, run, run.eval_episodes, run.seed + 10_000)
         row = {"eval_return": ret, "normalized_score": score, "score_reference": source,
-               "eval_s": round(time.perf_counter() - t0, 3)}  # wall time of this evaluation (as _run logs it)
+               "eval_s": round(time.perf_counter() - t0, 3)}  # wall time of this evaluation (benchmarks subtract it)
         return row if success is None else {**row, "eval_success_rate": success}
 
     def collect(self, step: int) -> None:
-        """One step of the seed's N envs into its replay, as ``_run`` steps them (evaluation first when due)."""
+        """One step of the N envs into the replay (evaluation first when due)."""
         ctx, run = self.ctx, self.ctx.run
         loop = run.loop
         assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop ran
@@ -330,8 +229,8 @@ class _Seed:
             ctx.log({"step": step, "wall_time": round(ctx.wall_time(), 3), **self.evaluate()})
             self.next_eval += run.eval_every
         N, A = run.num_envs, self.env.spec.action_dim
-        if isinstance(self.algo, ObservationStatistics):  # running observation statistics (obs_norm), as _run
-            self.algo.update_obs_stats(self.obs)
+        if self.stats is not None:
+            self.stats.update_obs_stats(self.obs)
         if step < loop.learning_starts and loop.warmup_actions == "random":
             action = torch.rand((N, A), generator=ctx.gen, device=ctx.device) * 2 - 1  # [N,A] uniform in [-1, 1]
         else:
@@ -342,6 +241,25 @@ class _Seed:
         self.buffer.add(self.obs, action, out.reward, out.final_obs, out.terminated, out.truncated)
         self.tally.add(out.info)
         self.obs = out.obs
+
+    def log(self, vals: dict, counters: dict, rates: tuple[float, float], final: bool) -> None:
+        """The log row of this step: the finished episodes, the rates, the update's ``vals`` (an evaluation at the
+        ``final`` step)."""
+        run = self.ctx.run
+        s, ln, n, success = self.tally.pop()
+        if n > 0:
+            self.last_return = s / n
+        step = counters["step"]
+        row = {"step": step, "wall_time": round(self.ctx.wall_time(), 3), "iteration": counters["iteration"],
+               "updates": counters["updates"], "episode_return": (s / n) if n > 0 else None,
+               "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(rates[0], 1),
+               "updates_per_s": round(rates[1], 1), "replay_size": len(self.buffer), **vals}
+        if success is not None:
+            row["success_rate"] = success
+        if run.eval_every and final:
+            row.update(self.evaluate())
+            self.next_eval = step + run.eval_every
+        self.ctx.log(row)
 
     def checkpoint(self, counters: dict, snapshot: bool = False) -> None:
         ctx, loop = self.ctx, self.ctx.run.loop
@@ -355,150 +273,129 @@ class _Seed:
             ctx.save(payload, counters, name=f"step_{counters['step']:09d}.pt" if snapshot else "latest.pt")
 
 
-def train_offpolicy_seeds(runs: Sequence[RunConfig], algo_name: str, cfg, run_dirs: Sequence[Path],
-                          resume: bool = False, max_iterations: int | None = None) -> list[TrainResult]:
-    """``train_offpolicy`` of every run of ``runs`` (one per seed, alike but for ``seed`` and the directory) in one
-    process: each seed's envs (seeded as alone), replay buffer, agent and generator built, collected with, evaluated
-    and checkpointed as its run alone; every update trains all seeds at once, the entry's ``update_step`` on the
-    agents batched by the entry's seed layout (``core.seeds``) drawing each seed's batch from its own replay
-    (``learn.seeds.SeedSamplers``). ``--dataset`` (offline data mixed into every batch) is loaded once and shared."""
-    entry = registry.get(algo_name)
-    runs = [ensure_loop(entry, r) for r in runs]
-    run0, layout = runs[0], entry.seed_layout
+def _open_seed(entry, ctx: RunContext, cfg, stack: contextlib.ExitStack, seeds: int, open_offline) -> _Seed:
+    """One run's envs (closed by ``stack``), agent (from ``--init``), replay and sampler, resumed from its checkpoint,
+    in the order of global RNG draws its run alone makes; memory is checked for ``seeds`` such runs, and the offline
+    data comes from ``open_offline(spec)``."""
+    run, N = ctx.run, ctx.run.num_envs
+    loop = run.loop
+    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop ran
+    gen = ctx.seed(run.seed)
+    spec = probe_spec(run)
+    if seeds > 1 and not spec.is_flat:
+        raise UserInputError(f"--seeds trains agents of flat state observations: env {run.env!r} has the parts "
+                             f"{[p.name for p in spec.parts]} (expected one process per seed with --seed K)")
+    check_env_memory(run, spec, seeds * N, ctx.device)
+    A = 1 if spec.discrete else spec.action_dim
+    check_memory(seeds * loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6),
+                 f"--buffer-size {loop.buffer_size} of {run.env}" + (f" for {seeds} seeds" if seeds > 1 else ""),
+                 "--buffer-size", ctx.device)
+    env = build_env(run, N, run.seed, getattr(cfg, "gamma", 0.99))
+    stack.callback(env.close)
+    if entry.continuous_only and env.spec.discrete:
+        raise UserInputError(f"{entry.name} needs continuous actions: env {run.env!r} has discrete actions")
+    init = None
+    if loop.init is not None and ctx.checkpoint is not None:  # the shapes this run took from its --init
+        cfg = with_network_shape(cfg, ctx.checkpoint["config"]["algo"], entry.init_fields)
+    elif loop.init is not None:
+        cfg, init_state, init_path = read_init(entry, cfg, loop.init)
+        init = (init_state, init_path)
+    ctx.cfg = cfg
+    offline = open_offline(env.spec)
+    algo = entry.make(cfg, env.spec, ctx.device, gen)
+    if not isinstance(algo, Algorithm):
+        raise TypeError(f"{entry.name} runs in the off-policy loop but builds a {type(algo).__name__}, "
+                        "not an Algorithm")
+    if init is not None:
+        load_init(algo, *init, run.env)
+    buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, env.spec.action_dim, ctx.device,
+                          obs_parts=env.spec.parts)
+    sampler = replay_sampler(buffer, offline, loop, cfg, N)
+    if ctx.checkpoint is not None:
+        ck = ctx.checkpoint
+        load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")
+        load_state(env, ck["env_state"], "environments", ctx.ck_dir / "latest.pt")
+        obs = obs_to(ck["obs"], ctx.device)
+        if ck.get("replay") is not None:
+            buffer.load_state_dict(ck["replay"])
+        ctx.restore_rng()
+    else:
+        obs = env.reset(seed=run.seed)  # [N,O]
+    return _Seed(ctx, env, algo, buffer, sampler, obs, OwnRNG() if seeds > 1 else contextlib.nullcontext())
+
+
+def _drive(entry, seeds: list[_Seed], agent, sampler, split: Callable[[dict], list[dict]],
+           max_iterations: int | None, desc: str) -> list[TrainResult]:
+    """The loop over ``seeds`` (one for a single run): each iteration steps every seed's envs once, then makes the
+    update credit's updates, the entry's ``update_step`` on ``agent`` (the seed's own, or the seeds' batched) with
+    ``sampler`` (the seed's, or ``SeedSamplers``), ``split`` giving each seed's info of the last one; it logs and
+    checkpoints every seed. ``max_iterations`` stops early (counted in this call) with a resumable checkpoint."""
+    run0 = seeds[0].ctx.run
     loop = run0.loop
-    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop: the off-policy regime's loop config
-    if layout is None or entry.pretrain_step is not None:
-        raise UserInputError(f"--seeds is not available for {algo_name!r}: expected an algorithm with a seed layout "
-                             "and no offline pre-training phase")
-    if entry.requires_init and loop.init is None:
-        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --init RUN_DIR_OR_CHECKPOINT: expected a run of one "
-                             f"of {list(entry.init_from)} to fine-tune")
-    if entry.requires_dataset and run0.dataset is None:
-        raise UserInputError(f"`ctrl-rl train {algo_name}` needs --dataset PATH_OR_ID: expected a D4RL or ctrl_rl "
-                             ".hdf5 file, a generated dataset id or a Minari dataset id")
-    N, S = run0.num_envs, len(runs)
-    if loop.buffer_size < N:
-        raise UserInputError(f"--buffer-size {loop.buffer_size} is smaller than one step of {N} envs: expected >= {N}")
-    with contextlib.ExitStack() as stack:
-        seeds: list[_Seed] = []
-        offline = None
-        for r, d in zip(runs, run_dirs):
-            # the first context sets threads (a governor under --threads 0); the others keep what it set
-            fixed = r if not seeds else dataclasses.replace(r, threads=torch.get_num_threads())
-            ctx = stack.enter_context(RunContext(algo_name, fixed, cfg, d, resume))
-            ctx.run = r  # config.json and the checkpoints record the seed's own run
-            # what train_offpolicy does before its loop, in its order (global RNG draws included), for this seed
-            gen = ctx.seed(r.seed)
-            spec = probe_spec(r)
-            if not spec.is_flat:
-                raise UserInputError(f"--seeds trains agents of flat state observations: env {r.env!r} has the parts "
-                                     f"{[p.name for p in spec.parts]} (expected one process per seed with --seed K)")
-            check_env_memory(r, spec, S * N, ctx.device)
-            A = 1 if spec.discrete else spec.action_dim
-            check_memory(S * loop.buffer_size * (2 * obs_nbytes(spec.parts) + 4 * A + 6),
-                         f"--buffer-size {loop.buffer_size} of {r.env} for {S} seeds", "--buffer-size", ctx.device)
-            env = build_env(r, N, r.seed, getattr(cfg, "gamma", 0.99))
-            stack.callback(env.close)
-            if entry.continuous_only and env.spec.discrete:
-                raise UserInputError(f"{algo_name} needs continuous actions: env {r.env!r} has discrete actions")
-            cfg_k, init = cfg, None
-            if loop.init is not None and ctx.checkpoint is not None:  # the shapes this run took from its --init
-                cfg_k = with_network_shape(cfg, ctx.checkpoint["config"]["algo"], entry.init_fields)
-            elif loop.init is not None:
-                cfg_k, init_state, init_path = read_init(entry, cfg, loop.init)
-                init = (init_state, init_path)
-            ctx.cfg = cfg_k
-            if not seeds:  # the offline data, read once for every seed
-                offline = open_offline_data(entry, r, env.spec, ctx.device)
-            algo = entry.make(cfg_k, env.spec, ctx.device, gen)
-            if not isinstance(algo, Algorithm):
-                raise TypeError(f"{algo_name} runs in the off-policy loop but builds a {type(algo).__name__}, "
-                                "not an Algorithm")
-            if init is not None:
-                load_init(algo, *init, r.env)
-            buffer = ReplayBuffer(loop.buffer_size, env.spec.obs_shape, env.spec.action_dim, ctx.device,
-                                  obs_parts=env.spec.parts)
-            sampler = replay_sampler(buffer, offline, loop, cfg_k, r.num_envs)
-            if ctx.checkpoint is not None:
-                ck = ctx.checkpoint
-                load_state(algo, ck["algo_state"], "networks", ctx.ck_dir / "latest.pt")
-                load_state(env, ck["env_state"], "environments", ctx.ck_dir / "latest.pt")
-                obs = obs_to(ck["obs"], ctx.device)
-                if ck.get("replay") is not None:
-                    buffer.load_state_dict(ck["replay"])
-                ctx.restore_rng()
-            else:
-                obs = env.reset(seed=r.seed)  # [N,O]
-            seeds.append(_Seed(ctx, env, algo, buffer, sampler, obs, OwnRNG()))
-        marks = [tuple(sd.ctx.counters.get(k, 0) for k in ("iteration", "step", "updates", "credit")) for sd in seeds]
-        if len(set(marks)) != 1:
-            raise UserInputError(f"the seeds' checkpoints stand at different steps {[m[1] for m in marks]}: "
-                                 "expected the directories of one seeds-run, resumed together")
-        it, step, updates, credit = marks[0]
-        cfg0 = seeds[0].ctx.cfg
-        batched = batch_seeds([sd.algo for sd in seeds], layout)
-        samplers = SeedSamplers([sd.sampler for sd in seeds])
-        B, iterations, ctx0 = loop.batch_size, math.ceil(run0.total_steps / N), seeds[0].ctx
+    assert isinstance(loop, OffPolicyLoopConfig)  # ensure_loop ran
+    marks = [tuple(sd.ctx.counters.get(k, 0) for k in ("iteration", "step", "updates")) +
+             (sd.ctx.counters.get("credit", 0.0),) for sd in seeds]
+    if len(set(marks)) != 1:
+        raise UserInputError(f"the seeds' checkpoints stand at different steps {[m[1] for m in marks]}: "
+                             "expected the directories of one seeds-run, resumed together")
+    it, step, updates, credit = marks[0]
+    N, B, cfg = run0.num_envs, loop.batch_size, seeds[0].ctx.cfg
+    iterations = math.ceil(run0.total_steps / N)
+    for sd in seeds:
+        sd.ctx.start(iterations * N, step, desc)
+    saved_at, done_iters = it, 0
+    infos: list[dict] = [{} for _ in seeds]
+    t_log, step_log, upd_log = time.time(), step, updates
+
+    def checkpoint(snapshot: bool = False) -> None:
+        nonlocal saved_at
+        counters = {"iteration": it, "step": step, "updates": updates, "credit": credit}
         for sd in seeds:
-            sd.ctx.start(iterations * N, step, f"{entry.name} {run0.env} seeds {[r.seed for r in runs]}")
-        saved_at, done_iters = it, 0
-        infos: list[dict] = [{} for _ in seeds]
-        t_log, step_log, upd_log = time.time(), step, updates
-        while it < iterations:
-            if max_iterations is not None and done_iters >= max_iterations:
-                break
-            for sd in seeds:
-                sd.collect(step)
-            it += 1
-            done_iters += 1
-            step += N
-            if step >= loop.learning_starts and len(seeds[0].buffer) >= B:
-                credit += loop.utd_ratio * N
-                k = int(credit)
-                credit -= k
-                info: dict = {}
-                for _ in range(k):
-                    info = entry.update_step(batched, samplers, B, cfg0)
-                if k > 0:
-                    infos = split_info(info, S)
-                updates += k
-            postfix = None
-            if it % run0.log_every == 0 or it == iterations:
-                now = time.time()
-                dt = max(now - t_log, 1e-9)
-                sps, ups = (step - step_log) / dt, (updates - upd_log) / dt
-                t_log, step_log, upd_log = now, step, updates
-                for sd, info_k in zip(seeds, infos):
-                    vals = sd.ctx.floats(info_k)
-                    sd.ctx.check_finite(vals, sd.algo, f"step {step} (update {updates})")
-                    s, ln, n, success = sd.tally.pop()
-                    if n > 0:
-                        sd.last_return = s / n
-                    row = {"step": step, "wall_time": round(sd.ctx.wall_time(), 3), "iteration": it,
-                           "updates": updates, "episode_return": (s / n) if n > 0 else None,
-                           "episode_length": (ln / n) if n > 0 else None, "episodes": n, "sps": round(sps, 1),
-                           "updates_per_s": round(ups, 1), "replay_size": len(sd.buffer), **vals}
-                    if success is not None:
-                        row["success_rate"] = success
-                    if sd.ctx.run.eval_every and it == iterations:
-                        row.update(sd.evaluate())
-                        sd.next_eval = step + sd.ctx.run.eval_every
-                    sd.ctx.log(row)
-                last = seeds[0].last_return
-                postfix = f"sps={sps:,.0f} ups={ups:,.0f} return={'-' if math.isnan(last) else f'{last:.1f}'}"
-            ctx0.advance(N, postfix)
-            counters = {"iteration": it, "step": step, "updates": updates, "credit": credit}
-            if loop.keep_every and it % loop.keep_every == 0:
-                for sd in seeds:
-                    sd.checkpoint(counters, snapshot=True)
-            if it % run0.checkpoint_every == 0 or it == iterations:
-                for sd in seeds:
-                    sd.checkpoint(counters)
-                saved_at = it
-        if done_iters > 0 and saved_at != it:  # an early stop (max_iterations) leaves a resumable checkpoint
-            for sd in seeds:
-                sd.checkpoint({"iteration": it, "step": step, "updates": updates, "credit": credit})
-        return [TrainResult(sd.ctx.run_dir, step, it, sd.last_return, sd.ctx.wall_time(), sd.algo) for sd in seeds]
+            sd.checkpoint(counters, snapshot)
+        if not snapshot:
+            saved_at = it
+
+    while it < iterations:
+        if max_iterations is not None and done_iters >= max_iterations:
+            break
+        for sd in seeds:
+            sd.collect(step)
+        it += 1
+        done_iters += 1
+        step += N
+        if step >= loop.learning_starts and len(seeds[0].buffer) >= B:
+            credit += loop.utd_ratio * N
+            k = int(credit)
+            credit -= k
+            info: dict = {}
+            for _ in range(k):
+                info = entry.update_step(agent, sampler, B, cfg)
+            if k > 0:
+                infos = split(info)
+            updates += k
+        postfix = None
+        if it % run0.log_every == 0 or it == iterations:
+            counters = {"iteration": it, "step": step, "updates": updates}
+            rates = (0.0, 0.0)
+            for i, (sd, info_k) in enumerate(zip(seeds, infos)):
+                vals = sd.ctx.floats(info_k)  # the host sync of this log step
+                sd.ctx.check_finite(vals, sd.algo, f"step {step} (update {updates})")
+                if i == 0:  # timed after the first sync, so the updates' device time falls in this interval
+                    now = time.time()
+                    dt = max(now - t_log, 1e-9)
+                    rates = (step - step_log) / dt, (updates - upd_log) / dt
+                    t_log, step_log, upd_log = now, step, updates
+                sd.log(vals, counters, rates, final=it == iterations)
+            last = seeds[0].last_return
+            postfix = f"sps={rates[0]:,.0f} ups={rates[1]:,.0f} return={'-' if math.isnan(last) else f'{last:.1f}'}"
+        seeds[0].ctx.advance(N, postfix)
+        if loop.keep_every and it % loop.keep_every == 0:
+            checkpoint(snapshot=True)
+        if it % run0.checkpoint_every == 0 or it == iterations:
+            checkpoint()
+    if done_iters > 0 and saved_at != it:
+        checkpoint()  # an early stop (max_iterations) leaves a resumable checkpoint
+    return [TrainResult(sd.ctx.run_dir, step, it, sd.last_return, sd.ctx.wall_time(), sd.algo) for sd in seeds]
 
 
 def _train(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: bool, max_iterations: int | None,
