@@ -187,10 +187,11 @@ def _pop_value(args: list[str], flag: str) -> str | None:
 
 SEEDS_HELP = """
 --seeds K1 K2 ...
-    Train one run per seed in this one process, the seeds' networks batched (IQL, CQL, Cal-QL on --dataset; SAC
-    online, each seed with its own envs and replay): --run-dir DIR (default runs/ALGO-ENV-seedsK1_K2_...-TIME) holds
-    seeds.json and one complete run directory per seed, DIR/seed_K, equal bit for bit at a fixed --threads to the
-    run --seed K alone.
+    Train one run per seed in this one process, the seeds' networks batched
+    (IQL, CQL, Cal-QL on --dataset; SAC online, each seed with its own envs and
+    replay): --run-dir DIR (default runs/ALGO-ENV-seedsK1_K2_...-TIME) holds
+    seeds.json and one complete run directory per seed, DIR/seed_K, equal bit
+    for bit at a fixed --threads to the run --seed K alone.
     --resume DIR continues every seed. Not together with --seed."""
 
 
