@@ -914,6 +914,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--dataset-file expects ID=PATH, e.g. hopper-medium=/tmp/hopper-medium.hdf5")
     files = {dataset_id(k): str(Path(v).resolve()) for k, v in (x.split("=", 1) for x in a.dataset_file)}
     g = grid_spec(a)
+    for method in OFFLINE:  # `ctrl-rl train --seeds` refuses --compile: say so before anything launches
+        if seeds_batched(g, method) and "--compile" in shlex.split(g[f"{method}_args"]):
+            raise SystemExit(f"--batch-seeds trains {method} with --seeds, which does not take --compile (given in "
+                             f"--{method}-args): expected --compile dropped, or one process per seed without "
+                             "--batch-seeds")
     for ds in g["o2o_datasets"]:
         env_of(ds)  # an unknown task stops here, not half-way through the grid
     grid_file = runs / "grid.json"

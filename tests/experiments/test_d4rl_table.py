@@ -229,3 +229,13 @@ def test_batch_seeds_one_process_per_dataset_and_algorithm(table, tmp_path, caps
     table.summarize(table.grid_spec(args), runs, tmp_path / "out", "G", "S")
     rows = offline_rows((tmp_path / "out" / "d4rl.md").read_text(), "hopper-medium-v5")
     assert rows["iql"][0] == "50.0 ± 14.1 (n=2)"
+
+
+def test_batch_seeds_refuses_compile_before_launching(table, tmp_path):
+    """--batch-seeds with --compile in --cql-args stops with one sentence before any run starts (`--seeds` refuses
+    --compile); without --batch-seeds the same flags are accepted."""
+    runs = tmp_path / "runs"
+    with pytest.raises(SystemExit, match=r"--batch-seeds trains cql with --seeds, which does not take --compile"):
+        table.main(GRID + ["--batch-seeds", "--mb-algos", "--runs-dir", str(runs), "--cql-args=--compile", "--dry-run"])
+    assert not runs.exists()
+    table.main(GRID + ["--mb-algos", "--runs-dir", str(runs), "--cql-args=--compile", "--dry-run"])
