@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import re
 import sys
 import time
@@ -467,7 +468,8 @@ def _report_run(run_dir: Path, res) -> Path | None:
         png = plot_run(run_dir)
     except Exception as e:  # a plot must never fail a finished run
         print(f"ctrl-rl: could not draw the learning curve of {run_dir} ({e})", file=sys.stderr)
-    print(json.dumps({"run_dir": str(run_dir), "step": res.step, "episode_return": res.last_return,
+    ret = res.last_return if math.isfinite(res.last_return) else None  # no episode ended yet: null, not NaN
+    print(json.dumps({"run_dir": str(run_dir), "step": res.step, "episode_return": ret,
                       "wall_time_s": round(res.wall_time, 1)}))
     return png
 

@@ -93,3 +93,20 @@ def test_unknown_names_get_one_did_you_mean_hint(tmp_path):
     line = one_sentence(cli("train", "sacc", cwd=tmp_path))
     assert "unknown algorithm 'sacc'" in line and "(did you mean 'sac'?)" in line
     assert not list(tmp_path.iterdir())
+
+
+def test_run_summary_is_strict_json_before_any_episode_ends(tmp_path, capsys):
+    """A run that ends before any episode finished prints ``"episode_return": null`` (NaN is not JSON: jq and other
+    strict parsers refuse it)."""
+    from types import SimpleNamespace
+
+    from ctrl_rl.cli import _report_run
+
+    _report_run(tmp_path, SimpleNamespace(step=600, last_return=float("nan"), wall_time=4.04))
+    line = capsys.readouterr().out.strip()
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    assert json.loads(line, parse_constant=refuse) == {"run_dir": str(tmp_path), "step": 600, "episode_return": None,
+                                                       "wall_time_s": 4.0}
