@@ -8,18 +8,17 @@ import torch
 
 from ctrl_rl.algos.sac import SACConfig
 from ctrl_rl.errors import UserInputError
-from ctrl_rl.learn.config import OffPolicyLoopConfig, RunConfig, build_run, from_dict, load_preset
+from ctrl_rl.learn.config import OffPolicyLoopConfig, build_run, from_dict, load_preset
 from ctrl_rl.learn.offpolicy import replay_sampler, train_offpolicy
 from ctrl_rl.storage.replay import MixedSampler, NStepSampler, ReplayBuffer
+from tests.learn.test_offpolicy import _run as offpolicy_run
 
 CFG = SACConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), obs_norm=True, layer_norm=True)
 LOOP = dict(batch_size=32, learning_starts=64, buffer_size=1000, n_step=3, utd_ratio=0.25)
 
 
 def _run(total=8 * 20, loop=None, **kw):
-    base = dict(env="torch:Pendulum", num_envs=8, total_steps=total, seed=5, progress=False, log_every=5,
-                checkpoint_every=10, threads=1)
-    return RunConfig(**{**base, **kw}, loop=OffPolicyLoopConfig(**{**LOOP, **(loop or {})}))
+    return offpolicy_run(total, {**LOOP, **(loop or {})}, **kw)  # test_offpolicy's tiny run, this file's loop
 
 
 def _params(res):
