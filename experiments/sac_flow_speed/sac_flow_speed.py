@@ -46,8 +46,11 @@ sys.path.insert(0, str(HERE.parent))  # experiments/: common.py
 from common import git_head, matmul_flops, synthetic_replay  # noqa: E402
 
 OBS, ACT, BATCH, ROWS = 11, 3, 256, 100_000
-VARIANTS = ("sac", "gated", "decoded", "naive")
-LABEL = {"sac": "SAC", "gated": "Flow-G", "decoded": "Flow-T", "naive": "naive flow"}
+VARIANTS = ("sac", "gated", "decoded", "naive", "sac_c", "gated_c", "decoded_c")
+LABEL = {"sac": "SAC", "gated": "Flow-G", "decoded": "Flow-T", "naive": "naive flow", "sac_c": "SAC compiled",
+         "gated_c": "Flow-G compiled", "decoded_c": "Flow-T compiled"}
+# "<variant>_c": the same agent with ``compile=True`` (torch.compile of its critic and actor steps, ``--compile`` on
+# the CLI); its compile time falls in the untimed warm-up, and its matmul FLOPs are its eager variant's.
 
 
 # ----- worker: runs inside the tree under test -----
@@ -62,10 +65,13 @@ def make_agent(variant: str, flow_hidden: int, seed: int):
     spec = EnvSpec("synthetic:hopper", (OBS,), False, ACT, (-1.0,) * ACT, (1.0,) * ACT)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
+    compiled = variant.endswith("_c")
+    variant = variant.removesuffix("_c")
     if variant == "sac":
-        return SAC(SACConfig(actor_hidden=(256, 256), critic_hidden=(256, 256)), spec, generator=gen)
+        return SAC(SACConfig(actor_hidden=(256, 256), critic_hidden=(256, 256), compile=compiled), spec,
+                   generator=gen)
     cfg = SACFlowConfig(velocity=cast(FlowVelocity, variant), flow_hidden=flow_hidden,
-                        noise_hidden=(flow_hidden, flow_hidden), critic_hidden=(256, 256))
+                        noise_hidden=(flow_hidden, flow_hidden), critic_hidden=(256, 256), compile=compiled)
     return SACFlow(cfg, spec, generator=gen)
 
 
@@ -84,6 +90,8 @@ def worker(a: argparse.Namespace) -> None:
     agents = {v: make_agent(v, a.flow_hidden, a.seed) for v in a.variants}
     flops = {}
     for v, agent in agents.items():  # matmul FLOPs of one update (forward and backward), counted by torch
+        if v.endswith("_c"):  # a compiled variant computes what its eager twin does: count the twin's
+            agent = make_agent(v.removesuffix("_c"), a.flow_hidden, a.seed)
         flops[v] = matmul_flops(lambda agent=agent: agent.update(sample()))
     for agent in agents.values():  # warm-up: allocator, first-call costs, optimizer state
         for _ in range(a.warmup):
