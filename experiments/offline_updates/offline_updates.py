@@ -82,7 +82,10 @@ RESULTS = Path(__file__).resolve().parent  # this study's folder: its results li
 
 OBS_DIM, ACTION_DIM, EPISODE_LEN, BATCH = 17, 6, 1000, 256
 HIDDEN = [256, 256]
-ALGOS = {"cql": "cql", "cql_wsrl": "cql", "iql": "iql"}  # variant -> the d3rlpy algorithm it is timed with
+ALGOS = {"cql": "cql", "cql_wsrl": "cql", "iql": "iql",  # variant -> the d3rlpy algorithm it is timed with
+         "cql_bf16": "cql", "cql_wsrl_bf16": "cql", "iql_bf16": "iql"}
+# "<variant>_bf16": ctrl_rl's variant with ``--matmul-precision medium`` (float32 matmuls on bfloat16 inputs through
+# oneDNN, AMX on this CPU): not matched to d3rlpy, which runs float32 products; set around each of its updates only
 
 
 # ----- data -----
@@ -126,9 +129,11 @@ class Runner:
     update: Callable[[Any], Any]
 
 
-def ctrl_rl_runner(variant: str, buffer, seed: int) -> Runner:
+def ctrl_rl_runner(name: str, buffer, seed: int) -> Runner:
     from ctrl_rl.algos import registry
     from ctrl_rl.envs.protocol import EnvSpec
+
+    variant = name.removesuffix("_bf16")
 
     spec = EnvSpec("synthetic:halfcheetah-sized", (OBS_DIM,), False, ACTION_DIM, (-1.0,) * ACTION_DIM,
                    (1.0,) * ACTION_DIM)
@@ -146,7 +151,18 @@ def ctrl_rl_runner(variant: str, buffer, seed: int) -> Runner:
             lagrange=False, num_cql_samples=10, importance_sampling=True, max_target_backup=False, calql=False)
     gen = torch.Generator().manual_seed(seed)
     algo = registry.get(ALGOS[variant]).make(cfg, spec, torch.device("cpu"), gen)
-    return Runner(f"ctrl_rl/{variant}", lambda: buffer.sample(BATCH, gen), lambda b: algo.update(b))
+    if name == variant:
+        return Runner(f"ctrl_rl/{name}", lambda: buffer.sample(BATCH, gen), lambda b: algo.update(b))
+
+    def update_bf16(b):
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("medium")
+        try:
+            return algo.update(b)
+        finally:
+            torch.set_float32_matmul_precision(before)
+
+    return Runner(f"ctrl_rl/{name}", lambda: buffer.sample(BATCH, gen), update_bf16)
 
 
 # ----- timing -----
@@ -259,6 +275,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=50, help="untimed steps per variant before timing")
     ap.add_argument("--block", type=int, default=100, help="steps per turn when the variants alternate")
     ap.add_argument("--transitions", type=int, default=100_000)
+    ap.add_argument("--name", default="offline_updates", help="stem of the result files")
     args = ap.parse_args()
     import d3rlpy
     import structlog
@@ -306,7 +323,7 @@ def main() -> None:
                "runs": runs, "median": med, "ratio_ctrl_rl_vs_d3rlpy": ratios, "target": "ctrl_rl >= 2x d3rlpy"}
     md = markdown(med, runs, args, versions)
     print(md)
-    write_result("offline_updates", payload, md, folder=RESULTS)
+    write_result(args.name, payload, md, folder=RESULTS)
 
 
 if __name__ == "__main__":
