@@ -1,0 +1,408 @@
+"""Issue 29, section 2: WSRL's central claims, per seed: CQL pre-training with WSRL's settings, then WSRL, RLPD and
+(optionally) retained-data fine-tuning online, every run a resumable `python -m ctrl_rl ...` subprocess.
+
+Per seed K, in ``--runs-dir`` (default runs/wsrl_study):
+
+    cql-sK        ctrl-rl train cql --dataset D           WSRL's locomotion pre-training: the cql entry's defaults are
+                                                           WSRL_SAC (10 critics, target subset 2, LayerNorm in actor
+                                                           and critics, alpha_cql 5, 10 samples, importance sampling,
+                                                           max backup), batch 256, --pretrain-steps gradient steps
+    evalnoise-sK  ctrl-rl eval cql-sK --episodes E        the spread of the pre-trained policy's episode returns at
+                                                           other env seeds (evalnoise-sK.json): the evaluation noise
+                                                           the step-0 claim is judged against
+    wsrl-sK       ctrl-rl train wsrl --init cql-sK        no offline data; 5,000-step warm-up by the frozen policy
+    rlpd-sK       ctrl-rl train rlpd --dataset D          from scratch, 50/50 offline/online batches
+    retained-sK   ctrl-rl train wsrl --init cql-sK --dataset D --offline-ratio 0.5      (--retained only)
+
+The online runs use the wsrl/rlpd entries' defaults (WSRL's: batch 1024 in 4 critic minibatches, UTD 1, 10
+critics), --online-steps env steps, an evaluation at online step 0 and every --eval-every env steps, and
+--save-replay (a resumed run continues with the same replay). A dataset id that does not resolve is generated once
+(`ctrl-rl data generate`; hopper-medium-replay-v5 re-runs the behaviour policy's 210k-step SAC training).
+
+Calling the script again skips complete runs and resumes interrupted ones from their last checkpoint (`--resume`,
+every evaluation); Ctrl-C or SIGTERM stops the runs at their last checkpoint. With ``--deadline`` a stage starts
+only when its estimated time (steps left / the rate its method ran at in this runs dir, else --pretrain-rate or
+--online-rate) ends before the deadline. When nothing is left to launch the summary is written
+(``summarize.py``); ``--summarize`` launches nothing and writes it from whatever has run.
+
+    python experiments/wsrl_study/wsrl_study.py --seeds 0 1 2 --jobs 2 --deadline +10h
+    python experiments/wsrl_study/wsrl_study.py --dry-run            # the commands
+    python experiments/wsrl_study/wsrl_study.py --summarize           # wsrl_study.{json,md,png} from what exists
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
+from common import ROOT  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
+ONLINE = ("wsrl", "rlpd", "retained")
+# what the deadline assumes before a run of the method has measured its own rate here (README, "Budget on this
+# machine": two study jobs on the 2 cores)
+PRETRAIN_RATE, ONLINE_RATE = 4.0, 4.0
+MARGIN = 1.15  # estimates are stretched by this much before they are compared with the deadline
+
+
+@dataclass
+class Job:
+    method: str  # cql, evalnoise, wsrl, rlpd, retained, data
+    seed: int
+    budget: int  # gradient steps (cql) or env steps (online); 0 for evalnoise and data
+    path: Path  # the run directory (evalnoise: its JSON file; data: the dataset file)
+    dep: Job | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.method == "data" else f"{self.method}-s{self.seed}"
+
+    @property
+    def source(self) -> Path:
+        """The run this job starts from (wsrl, retained) or evaluates (evalnoise): its cql run's directory."""
+        assert self.dep is not None, f"{self.name} has no cql run"
+        return self.dep.path
+
+    @property
+    def trained(self) -> bool:
+        return self.method == "cql" or self.method in ONLINE
+
+
+def study_jobs(seeds: list[int], runs: Path, pretrain: int, online: int, retained: bool) -> list[Job]:
+    """Per seed: cql, rlpd, evalnoise, wsrl (and retained), in that order; the scheduler starts the first job whose
+    dependency is done, so a whole seed tends to finish before the next seed's online runs."""
+    jobs = []
+    for s in seeds:
+        cql = Job("cql", s, pretrain, runs / f"cql-s{s}")
+        jobs += [cql, Job("rlpd", s, online, runs / f"rlpd-s{s}"),
+                 Job("evalnoise", s, 0, runs / f"evalnoise-s{s}.json", dep=cql),
+                 Job("wsrl", s, online, runs / f"wsrl-s{s}", dep=cql)]
+        if retained:
+            jobs.append(Job("retained", s, online, runs / f"retained-s{s}", dep=cql))
+    return jobs
+
+
+def checkpoint_step(d: Path) -> int | None:
+    """The step counter of ``d``'s latest checkpoint (None: no checkpoint)."""
+    p = d / "checkpoints" / "latest.pt"
+    if not p.is_file():
+        return None
+    from ctrl_rl.learn.checkpoint import load_checkpoint
+
+    return int(load_checkpoint(p)["counters"]["step"])
+
+
+def complete(job: Job) -> bool:
+    if job.method in ("evalnoise", "data"):
+        return job.path.is_file()
+    step = checkpoint_step(job.path)
+    return step is not None and step >= job.budget
+
+
+def command(job: Job, a: argparse.Namespace, data: str) -> list[str]:
+    """The `python -m ctrl_rl ...` command of ``job``: a resume when it has a checkpoint."""
+    py = [sys.executable, "-m", "ctrl_rl"]
+    if job.method == "evalnoise":
+        return [*py, "eval", str(job.source), "--episodes", str(a.eval_episodes), "--seed", str(20_000 + job.seed)]
+    if checkpoint_step(job.path) is not None:  # --total-steps: a larger budget than the run's first extends it
+        return [*py, "train", "wsrl" if job.method == "retained" else job.method, "--resume", str(job.path),
+                "--total-steps", str(job.budget), "--no-progress"]
+    every = a.pretrain_eval_every if job.method == "cql" else a.eval_every
+    common = ["--env", a.env, "--seed", str(job.seed), "--total-steps", str(job.budget), "--eval-every", str(every),
+              "--eval-episodes", str(a.eval_episodes), "--checkpoint-every", str(every), "--run-dir", str(job.path),
+              "--no-progress"]
+    if job.method == "cql":
+        return [*py, "train", "cql", "--dataset", data, *common, *shlex.split(a.cql_args)]
+    online = [*common, "--save-replay", *shlex.split(a.online_args)]
+    if job.method == "rlpd":
+        return [*py, "train", "rlpd", "--dataset", data, *online, *shlex.split(a.rlpd_args)]
+    init = ["--init", str(job.source)]
+    if job.method == "wsrl":
+        return [*py, "train", "wsrl", *init, *online]
+    return [*py, "train", "wsrl", *init, "--dataset", data, "--offline-ratio", "0.5", *online]
+
+
+# ------------------------------------------------------------------------------------------- the deadline
+def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetime | None:
+    """``+6h``, ``+90m`` or an ISO time (``2026-11-26T18:00``, local time unless it says otherwise)."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\+(\d+(?:\.\d+)?)([hm])", text.strip())
+    if m:
+        return now + datetime.timedelta(**{"hours" if m.group(2) == "h" else "minutes": float(m.group(1))})
+    try:
+        t = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise SystemExit(f"--deadline {text!r} is neither +<hours>h, +<minutes>m nor an ISO time: expected e.g. +6h, "
+                         "+90m or 2026-11-26T18:00") from None
+    return t if t.tzinfo is not None else t.astimezone()
+
+
+def run_rate(d: Path) -> float | None:
+    """Steps per second of the run in ``d`` so far (its last metrics row: step / run clock), None before a row."""
+    m = d / "metrics.jsonl"
+    if not m.is_file():
+        return None
+    rows = [json.loads(x) for x in m.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if r.get("step") and r.get("wall_time")]
+    return rows[-1]["step"] / rows[-1]["wall_time"] if rows else None
+
+
+def estimate_s(job: Job, runs: Path, a: argparse.Namespace) -> float:
+    """Seconds ``job`` still needs: its steps left at its own rate, else the median rate of its method's other runs
+    here, else --pretrain-rate / --online-rate; a dataset to generate: --generate-minutes."""
+    if job.method == "data":
+        return a.generate_minutes * 60
+    if job.method == "evalnoise":
+        return 60.0
+    pattern = "cql-s*" if job.method == "cql" else f"{job.method}-s*"
+    rate = run_rate(job.path)
+    if rate is None:
+        seen = [r for d in runs.glob(pattern) if d.is_dir() and (r := run_rate(d)) is not None]
+        rate = statistics.median(seen) if seen else (a.pretrain_rate if job.method == "cql" else a.online_rate)
+    done = checkpoint_step(job.path) or 0
+    return max(job.budget - done, 0) / rate
+
+
+# ------------------------------------------------------------------------------------------- launching
+class Launcher:
+    """Runs commands as subprocesses, logs each to commands.txt, and stops them all on Ctrl-C/SIGTERM (checkpoints
+    are written atomically at every evaluation, so a stopped run resumes from its last one)."""
+
+    def __init__(self, runs: Path, dry_run: bool):
+        self.runs, self.dry_run = runs, dry_run
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def run(self, cmd: list[str], log: Path, label: str) -> tuple[int, str]:
+        line = shlex.join(cmd)
+        if self.dry_run:
+            print(line, flush=True)
+            return 0, ""
+        with self.lock:
+            if self.stopping:
+                return -1, ""
+            with open(self.runs / "commands.txt", "a") as f:
+                f.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {label}\n{line}\n")
+            print(f"[start] {label}: {line}", flush=True)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            out = open(log, "a")
+            p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=out, text=True,
+                                 env={**os.environ, "MPLBACKEND": "Agg"})
+            self.procs.add(p)
+        stdout, _ = p.communicate()
+        out.write(stdout)
+        out.close()
+        with self.lock:
+            self.procs.discard(p)
+        return p.returncode, stdout
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for p in self.procs:  # SIGTERM, not SIGINT: a child of a background shell ignores SIGINT
+                p.terminate()
+
+
+def resolve_dataset(a: argparse.Namespace, runs: Path, launcher: Launcher, deadline) -> str | None:
+    """What to pass as --dataset: a file, an id that resolves (generated before), or the file `ctrl-rl data
+    generate` writes for a generated id that does not resolve yet (None when that could not be made)."""
+    if Path(a.dataset).is_file():
+        return str(Path(a.dataset).resolve())
+    from ctrl_rl.errors import UserInputError
+    from ctrl_rl.storage.datasets.cache import parse_dataset_id, resolve_dataset_id
+
+    parsed = parse_dataset_id(a.dataset)
+    if parsed is None:
+        raise SystemExit(f"--dataset {a.dataset!r} is neither a file nor a generated dataset id: expected a "
+                         "D4RL-layout .hdf5 path or an id such as hopper-medium-replay-v5")
+    try:
+        resolve_dataset_id(a.dataset)
+        return a.dataset
+    except UserInputError:
+        pass
+    gen = [sys.executable, "-m", "ctrl_rl", "data", "generate", "--env", a.env, "--level", parsed[1], "--no-progress",
+           *shlex.split(a.generate_args)]
+    if launcher.dry_run:
+        launcher.run(gen, Path(), "data")
+        return a.dataset
+    need = a.generate_minutes * 60 * MARGIN
+    if deadline is not None and datetime.datetime.now().astimezone() + datetime.timedelta(seconds=need) > deadline:
+        print(f"[deadline] data {a.dataset}: not started (needs ~{need / 3600:.1f} h by --generate-minutes)",
+              flush=True)
+        return None
+    rc, _ = launcher.run(gen, runs / "logs" / f"data-{a.dataset}.log", f"data {a.dataset}")
+    return a.dataset if rc == 0 else None
+
+
+def launch(jobs: list[Job], a: argparse.Namespace, data: str, runs: Path, launcher: Launcher, deadline) -> dict:
+    """Run every job not yet complete, at most --jobs at a time, each when its dependency is done and (with a
+    deadline) when its estimate fits. Returns job name -> done | failed | deadline."""
+    state: dict[str, str] = {}
+
+    def one(job: Job) -> str:
+        if complete(job):
+            print(f"[done] {job.name}: complete", flush=True)
+            return "done"
+        if job.trained and checkpoint_step(job.path) is None and job.path.exists():  # no checkpoint: start over
+            shutil.rmtree(job.path)
+        t0 = time.time()
+        rc, stdout = launcher.run(command(job, a, data), runs / "logs" / f"{job.name}.log", job.name)
+        if job.method == "evalnoise" and rc == 0:
+            rec = json.loads(stdout.strip().splitlines()[-1])
+            job.path.write_text(json.dumps({**rec, "command": shlex.join(command(job, a, data)[1:])}, indent=1) + "\n")
+        ok = rc == 0 and complete(job)
+        tag = "done" if ok else "stopped" if launcher.stopping else "fail"
+        print(f"[{tag}] {job.name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+        return "done" if ok else "failed"
+
+    if launcher.dry_run:
+        for job in jobs:
+            if complete(job):
+                print(f"# complete: {job.name}")
+            else:
+                launcher.run(command(job, a, data), Path(), job.name)
+        return {}
+    pending = list(jobs)
+    running: dict[Future, Job] = {}
+    with ThreadPoolExecutor(a.jobs) as pool:
+        while pending or running:
+            for job in list(pending):
+                if len(running) >= a.jobs:
+                    break
+                dep = state.get(job.dep.name) if job.dep else "done"  # None: queued or running
+                if dep in ("failed", "deadline"):
+                    print(f"[skip] {job.name}: {job.source.name} did not complete", flush=True)
+                    state[job.name] = "failed"
+                    pending.remove(job)
+                elif dep == "done":
+                    pending.remove(job)
+                    if deadline is not None and not complete(job):
+                        need = estimate_s(job, runs, a) * MARGIN
+                        left = (deadline - datetime.datetime.now().astimezone()).total_seconds()
+                        if need > left:
+                            print(f"[deadline] {job.name}: not started (needs ~{need / 3600:.2f} h, "
+                                  f"{max(left, 0) / 3600:.2f} h left)", flush=True)
+                            state[job.name] = "deadline"
+                            continue
+                    running[pool.submit(one, job)] = job
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                state[running.pop(f).name] = f.result()
+    return state
+
+
+def study_record(a: argparse.Namespace, data: str | None, command_line: str) -> dict:
+    """What summarize.py needs besides the runs: the settings, budgets and the dataset each run got."""
+    return {"command": command_line, "env": a.env, "dataset": a.dataset, "dataset_arg": data, "seeds": a.seeds,
+            "pretrain_steps": a.pretrain_steps, "pretrain_eval_every": a.pretrain_eval_every,
+            "online_steps": a.online_steps, "eval_every": a.eval_every, "eval_episodes": a.eval_episodes,
+            "retained": a.retained, "cql_args": a.cql_args, "online_args": a.online_args, "rlpd_args": a.rlpd_args}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--env", default="Hopper-v5")
+    ap.add_argument("--dataset", default="hopper-medium-replay-v5", help="generated dataset id or .hdf5 path")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--pretrain-steps", type=int, default=50_000, help="CQL gradient steps (WSRL: 250k)")
+    ap.add_argument("--pretrain-eval-every", type=int, default=5_000, help="CQL: evaluate (and checkpoint) every")
+    ap.add_argument("--online-steps", type=int, default=20_000, help="env steps of each online run (WSRL: 500k)")
+    ap.add_argument("--eval-every", type=int, default=2_000, help="online: evaluate (and checkpoint) every this many "
+                    "env steps; step 0 is always evaluated")
+    ap.add_argument("--eval-episodes", type=int, default=10)
+    ap.add_argument("--retained", action="store_true", help="also retained-data fine-tuning (offline ratio 0.5)")
+    ap.add_argument("--jobs", type=int, choices=(1, 2), default=1, help="training processes at a time")
+    ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "wsrl_study")
+    ap.add_argument("--deadline", default=None, help="+<h>h, +<m>m or an ISO time: start no stage whose estimate "
+                    "ends after it")
+    ap.add_argument("--pretrain-rate", type=float, default=PRETRAIN_RATE, help="CQL gradient steps/s the deadline "
+                    "assumes until a cql run here has measured its own")
+    ap.add_argument("--online-rate", type=float, default=ONLINE_RATE, help="online env steps/s the deadline assumes "
+                    "until a run of the method here has measured its own")
+    ap.add_argument("--generate-minutes", type=float, default=120.0, help="what the deadline assumes a dataset "
+                    "generation takes")
+    ap.add_argument("--cql-args", default="", help='extra `ctrl-rl train cql` flags, e.g. "--threads 1"')
+    ap.add_argument("--online-args", default="", help="extra flags of the wsrl, rlpd and retained runs (wsrl's "
+                    "network shape comes from the CQL checkpoint)")
+    ap.add_argument("--rlpd-args", default="", help="extra flags of the rlpd runs only (e.g. a network shape)")
+    ap.add_argument("--generate-args", default="", help="extra `ctrl-rl data generate` flags")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help=argparse.SUPPRESS)
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--summarize", action="store_true", help="launch nothing; write wsrl_study.{json,md,png}")
+    a = ap.parse_args(argv)
+    for flag in ("pretrain_steps", "pretrain_eval_every", "online_steps", "eval_every", "eval_episodes"):
+        if getattr(a, flag) <= 0:
+            raise SystemExit(f"--{flag.replace('_', '-')} {getattr(a, flag)}: expected a positive number")
+    return a
+
+
+def summarizer():
+    """This folder's summarize.py as a module (under its own name: other studies have a summarize.py too)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wsrl_study_summarize", RESULTS / "summarize.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the runs like Ctrl-C does
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse_args(argv)
+    runs = a.runs_dir.resolve()
+    this = shlex.join(["python", "experiments/wsrl_study/wsrl_study.py", *argv])
+    summarize = summarizer()
+    if a.summarize:
+        summarize.summarize(runs, a.out_dir.resolve())
+        return
+    deadline = parse_deadline(a.deadline, datetime.datetime.now().astimezone())
+    launcher = Launcher(runs, a.dry_run)
+    if not a.dry_run:
+        runs.mkdir(parents=True, exist_ok=True)
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        data = resolve_dataset(a, runs, launcher, deadline)
+        if not a.dry_run:
+            (runs / "study.json").write_text(json.dumps(study_record(a, data, this), indent=2) + "\n")
+        if data is None:
+            print(f"[skip] every run: dataset {a.dataset} is not available", flush=True)
+            return
+        state = launch(study_jobs(a.seeds, runs, a.pretrain_steps, a.online_steps, a.retained), a, data, runs,
+                       launcher, deadline)
+    except KeyboardInterrupt:
+        launcher.stop()
+        print("interrupted: the runs stopped at their last checkpoint; run the same command to resume", flush=True)
+        sys.exit(130)
+    if not a.dry_run:
+        left = sorted(k for k, v in state.items() if v != "done")
+        print(f"[study] {len(state) - len(left)} of {len(state)} jobs done" + (f"; not done: {left}" if left else ""),
+              flush=True)
+        summarize.summarize(runs, a.out_dir.resolve())
+
+
+if __name__ == "__main__":
+    main()
