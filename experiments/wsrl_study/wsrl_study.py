@@ -54,9 +54,9 @@ from common import ROOT  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ONLINE = ("wsrl", "rlpd", "retained")
-# what the deadline assumes before a run of the method has measured its own rate here (README, "Budget on this
-# machine": two study jobs on the 2 cores)
-PRETRAIN_RATE, ONLINE_RATE = 4.0, 4.0
+# what the deadline assumes before a run of the method has measured its own rate here: 85% of the steps per CPU
+# second measure_rates.py found at WSRL's settings with one thread (README, "Budget on this machine": 5.4 and 6.5)
+PRETRAIN_RATE, ONLINE_RATE = 4.5, 5.5
 MARGIN = 1.15  # estimates are stretched by this much before they are compared with the deadline
 
 
@@ -154,13 +154,22 @@ def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetim
 
 
 def run_rate(d: Path) -> float | None:
-    """Steps per second of the run in ``d`` so far (its last metrics row: step / run clock), None before a row."""
+    """Steps per second of the run in ``d`` after its warm-up (``learning_starts``; none offline): the slope of step
+    against the run clock over its latest stretch of logged rows (a resume may restart the clock), None before two
+    rows after the warm-up."""
     m = d / "metrics.jsonl"
     if not m.is_file():
         return None
+    cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").is_file() else {}
+    warm = ((cfg.get("run") or {}).get("loop") or {}).get("learning_starts") or 0
     rows = [json.loads(x) for x in m.read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if r.get("step") and r.get("wall_time")]
-    return rows[-1]["step"] / rows[-1]["wall_time"] if rows else None
+    pts = [(r["step"], r["wall_time"]) for r in rows if r.get("step", 0) > warm and r.get("wall_time") is not None]
+    start = 0
+    for i in range(1, len(pts)):
+        if pts[i][1] < pts[i - 1][1]:  # the clock went back: a resumed leg starts here
+            start = i
+    (s0, t0), (s1, t1) = pts[start] if pts else (0, 0.0), pts[-1] if pts else (0, 0.0)
+    return (s1 - s0) / (t1 - t0) if len(pts) - start >= 2 and t1 > t0 and s1 > s0 else None
 
 
 def estimate_s(job: Job, runs: Path, a: argparse.Namespace) -> float:

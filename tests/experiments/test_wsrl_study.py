@@ -210,3 +210,18 @@ def test_claim_4_offline_data(summarize, fast_stats):
 def test_mean_over_run_is_the_area_over_the_span(summarize):
     assert summarize.mean_over_run([0, 100, 300], [0.0, 10.0, 10.0]) == pytest.approx((500 + 2000) / 300)
     assert summarize.mean_over_run([0], [5.0]) is None
+
+
+def test_run_rate_counts_only_steps_after_the_warm_up(study, tmp_path):
+    d = tmp_path / "wsrl-s0"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"run": {"loop": {"learning_starts": 5000}}}))
+    rows = [(0, 0.0), (5000, 10.0), (6000, 210.0), (7000, 410.0)]  # the warm-up is fast, then 5 steps/s
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "wall_time": t}) + "\n" for s, t in rows))
+    assert study.run_rate(d) == pytest.approx(5.0)
+    # a resumed leg whose clock restarted: its own rows only (2 steps/s)
+    with open(d / "metrics.jsonl", "a") as f:
+        f.write("".join(json.dumps({"step": s, "wall_time": t}) + "\n" for s, t in ((7500, 50.0), (8500, 550.0))))
+    assert study.run_rate(d) == pytest.approx(2.0)
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 5000, "wall_time": 10.0}) + "\n")
+    assert study.run_rate(d) is None  # nothing after the warm-up yet: the deadline falls back to --online-rate
