@@ -79,6 +79,10 @@ class Job:
         return self.dep.path
 
     @property
+    def dep_budget(self) -> int | None:
+        return None if self.dep is None else self.dep.budget
+
+    @property
     def trained(self) -> bool:
         return self.method == "cql" or self.method in ONLINE
 
@@ -108,7 +112,9 @@ def checkpoint_step(d: Path) -> int | None:
 
 
 def complete(job: Job) -> bool:
-    if job.method in ("evalnoise", "data"):
+    if job.method == "evalnoise":  # of the cql run at its budget (a longer pre-training makes it stale)
+        return job.path.is_file() and json.loads(job.path.read_text()).get("step") == job.dep_budget
+    if job.method == "data":
         return job.path.is_file()
     step = checkpoint_step(job.path)
     return step is not None and step >= job.budget
@@ -291,32 +297,42 @@ def launch(jobs: list[Job], a: argparse.Namespace, data: str, runs: Path, launch
     pending = list(jobs)
     running: dict[Future, Job] = {}
     with ThreadPoolExecutor(a.jobs) as pool:
-        while pending or running:
-            for job in list(pending):
-                if len(running) >= a.jobs:
-                    break
-                dep = state.get(job.dep.name) if job.dep else "done"  # None: queued or running
-                if dep in ("failed", "deadline"):
-                    print(f"[skip] {job.name}: {job.source.name} did not complete", flush=True)
-                    state[job.name] = "failed"
-                    pending.remove(job)
-                elif dep == "done":
-                    pending.remove(job)
-                    if deadline is not None and not complete(job):
-                        need = estimate_s(job, runs, a) * MARGIN
-                        left = (deadline - datetime.datetime.now().astimezone()).total_seconds()
-                        if need > left:
-                            print(f"[deadline] {job.name}: not started (needs ~{need / 3600:.2f} h, "
-                                  f"{max(left, 0) / 3600:.2f} h left)", flush=True)
-                            state[job.name] = "deadline"
-                            continue
-                    running[pool.submit(one, job)] = job
-            if not running:
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for f in finished:
-                state[running.pop(f).name] = f.result()
+        try:
+            _schedule(pending, running, state, pool, one, a, runs, deadline)
+        except KeyboardInterrupt:  # stop the runs here: leaving the with-block waits for them
+            launcher.stop()
+            raise
     return state
+
+
+def _schedule(pending: list[Job], running: dict[Future, Job], state: dict[str, str], pool: ThreadPoolExecutor, one,
+              a: argparse.Namespace, runs: Path, deadline) -> None:
+    """launch()'s loop: start what is ready and fits, wait for one to finish, repeat."""
+    while pending or running:
+        for job in list(pending):
+            if len(running) >= a.jobs:
+                break
+            dep = state.get(job.dep.name) if job.dep else "done"  # None: queued or running
+            if dep in ("failed", "deadline"):
+                print(f"[skip] {job.name}: {job.source.name} did not complete", flush=True)
+                state[job.name] = "failed"
+                pending.remove(job)
+            elif dep == "done":
+                pending.remove(job)
+                if deadline is not None and not complete(job):
+                    need = estimate_s(job, runs, a) * MARGIN
+                    left = (deadline - datetime.datetime.now().astimezone()).total_seconds()
+                    if need > left:
+                        print(f"[deadline] {job.name}: not started (needs ~{need / 3600:.2f} h, "
+                              f"{max(left, 0) / 3600:.2f} h left)", flush=True)
+                        state[job.name] = "deadline"
+                        continue
+                running[pool.submit(one, job)] = job
+        if not running:
+            break
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for f in finished:
+            state[running.pop(f).name] = f.result()
 
 
 def study_record(a: argparse.Namespace, data: str | None, command_line: str) -> dict:
@@ -354,6 +370,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "network shape comes from the CQL checkpoint)")
     ap.add_argument("--rlpd-args", default="", help="extra flags of the rlpd runs only (e.g. a network shape)")
     ap.add_argument("--generate-args", default="", help="extra `ctrl-rl data generate` flags")
+    ap.add_argument("--name", default="wsrl_study", help="the summary's file names: <name>.{json,md,png} here")
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help=argparse.SUPPRESS)
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--summarize", action="store_true", help="launch nothing; write wsrl_study.{json,md,png}")
@@ -386,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     this = shlex.join(["python", "experiments/wsrl_study/wsrl_study.py", *argv])
     summarize = summarizer()
     if a.summarize:
-        summarize.summarize(runs, a.out_dir.resolve())
+        summarize.summarize(runs, a.out_dir.resolve(), name=a.name)
         return
     deadline = parse_deadline(a.deadline, datetime.datetime.now().astimezone())
     launcher = Launcher(runs, a.dry_run)
@@ -410,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         left = sorted(k for k, v in state.items() if v != "done")
         print(f"[study] {len(state) - len(left)} of {len(state)} jobs done" + (f"; not done: {left}" if left else ""),
               flush=True)
-        summarize.summarize(runs, a.out_dir.resolve())
+        summarize.summarize(runs, a.out_dir.resolve(), name=a.name)
 
 
 if __name__ == "__main__":
