@@ -306,7 +306,8 @@ def markdown(p: dict) -> str:
                      f"{_ci(a.get('mean_over_run'))} |")
     lines += ["", "## Claims", ""]
     for c in p["claims"]:
-        lines.append(f"- **{c['claim']}: {c['verdict'].upper()}**. {c.get('detail') or ''}. Judged: {c['how']}.")
+        lines.append(f"- **{c['claim']}: {c['verdict'].upper()}**. {c.get('detail') or 'No run to judge yet'}. "
+                     f"Judged: {c['how']}.")
     lines += ["", "## Per-seed curves (normalized score at each evaluation)", ""]
     for m, rs in p["runs"].items():
         for s, r in rs.items():
