@@ -13,7 +13,8 @@ envpool    ``envpool:``           envpool's own metadata (``envpool.make_spec``:
 gymnasium  ``gym:``/``gymnasium:``  one unvectorized ``gymnasium.make`` env, read and closed (gymnasium's registry
                                   entry has the time limit but not the spaces or ``dt``)
 dmc        ``dmc:``               one ``suite.load`` task, read and closed (dm_control has no lighter metadata)
-warp       ``warp:``              the task's MJCF compiled by MuJoCo and its config (``envs/warp.py``), no Warp device
+warp       ``warp:``              the task's MJCF compiled by MuJoCo and its config (``envs/warp.py``), no Warp device;
+                                  Reach and Lift (``envs/warp_manip.py``): static, as ``manip:``
 minatar    ``minatar:``           static: the game's channels and action set (``envs/minatar.py``), no package
 manip      ``manip:``             static: the task's config and the robot spec (``envs/manipulation/env.py``)
 robot      ``robot:``             static: a real robot's spec, no simulator (``envs/robot.py``; ``make`` refuses)
@@ -319,13 +320,14 @@ register(Backend("dmc", ("dmc",), _dmc_make, _dmc_spec, lambda: _DMC_LISTED, _dm
                  requires="dm_control", install="pip install dm_control"))
 
 
-# ---- MuJoCo Warp (envs/warp.py) ------------------------------------------------------------------------------------
+# ---- MuJoCo Warp (envs/warp.py; the manipulation tasks in envs/warp_manip.py) -------------------------------------
 
 
 def _warp_tasks() -> tuple[str, ...]:
+    from ctrl_rl.envs.warp_manip import TASKS as MANIP_TASKS
     from ctrl_rl.envs.warp_tasks import TASKS
 
-    return tuple(TASKS)
+    return tuple(TASKS) + MANIP_TASKS
 
 
 def _warp_check(name: str) -> None:
@@ -336,6 +338,12 @@ def _warp_check(name: str) -> None:
 
 def _warp_make(name: str, num_envs: int, device: torch.device, seed: int, **options: Any) -> BatchedEnv:
     _warp_check(name)
+    from ctrl_rl.envs.warp_manip import TASKS as MANIP_TASKS
+
+    if name in MANIP_TASKS:
+        from ctrl_rl.envs.warp_manip import WarpManipEnv
+
+        return WarpManipEnv(name, num_envs=num_envs, device=device, seed=seed, **options)
     from ctrl_rl.envs.warp import WarpEnv
 
     return WarpEnv(name, num_envs=num_envs, device=device, seed=seed, **options)
@@ -343,6 +351,12 @@ def _warp_make(name: str, num_envs: int, device: torch.device, seed: int, **opti
 
 def _warp_spec(name: str, **options: Any) -> EnvSpec:
     _warp_check(name)
+    from ctrl_rl.envs.warp_manip import TASKS as MANIP_TASKS
+
+    if name in MANIP_TASKS:
+        from ctrl_rl.envs.warp_manip import warp_manip_spec
+
+        return warp_manip_spec(name, **options)
     from ctrl_rl.envs.warp import warp_spec
 
     return warp_spec(name, **options)

@@ -164,6 +164,68 @@ def _warp_device(wp: Any, device: torch.device, name: str) -> str:
     raise UserInputError(f"device {str(device)!r} for warp:{name}: expected 'cpu' or 'cuda[:k]'.")
 
 
+class GraphLaunches:
+    """Runs groups of Warp launches in order with the torch work around them on one device: each group (a function
+    that launches kernels) is captured once into a Warp graph and replayed (``graph=True``), or launched eagerly.
+
+    Args:
+        wp: the ``warp`` module.
+        wp_device: the Warp device (``cpu``, ``cuda:k``).
+        device: the matching torch device.
+        graph: capture and replay; False launches eagerly.
+        state: the tensors the groups change, put back after the eager run that precedes a capture.
+    """
+
+    def __init__(self, wp: Any, wp_device: str, device: torch.device, graph: bool,
+                 state: tuple[torch.Tensor, ...]) -> None:
+        self._wp, self._wp_device, self._device, self.graph = wp, wp_device, device, graph
+        self._state = state
+        self._graphs: dict[str, Any] = {}
+
+    def __call__(self, fn: Callable[[], None]) -> None:
+        """Run ``fn``'s Warp launches after the torch work queued so far and before the torch work that follows:
+        replaying its captured graph when ``graph`` is set (captured on first use, keyed by ``fn``'s name), else
+        launching them."""
+        wp = self._wp
+        on_cuda = self._device.type == "cuda"
+        stream = wp.stream_from_torch(self._device) if on_cuda else None  # torch's current stream
+        with wp.ScopedDevice(self._wp_device):
+            if not self.graph:
+                if stream is None:
+                    fn()
+                else:
+                    with wp.ScopedStream(stream):
+                        fn()
+                return
+            key = fn.__name__
+            if key not in self._graphs:
+                self._graphs[key] = self._capture(fn, stream)
+            wp.capture_launch(self._graphs[key], stream=stream)
+
+    def _capture(self, fn: Callable[[], None], stream: Any) -> Any:
+        """``fn``'s launches as a Warp graph. ``fn`` runs once eagerly first, so that exactly the kernels it uses are
+        compiled or loaded (Warp's own ``force_module_load`` would build every MuJoCo Warp module, ~2x the cold
+        compile), and the state is put back after it."""
+        wp = self._wp
+        saved = [x.clone() for x in self._state]
+        if stream is None:
+            fn()
+        else:
+            with wp.ScopedStream(stream):
+                fn()
+        for target, value in zip(self._state, saved):
+            target.copy_(value)
+        if stream is not None:
+            torch.cuda.synchronize(self._device)  # capture on Warp's own stream (torch's may be the legacy one)
+        with wp.ScopedCapture(device=self._wp_device, force_module_load=False) as capture:
+            fn()
+        return capture.graph
+
+    def clear(self) -> None:
+        """Drop the captured graphs."""
+        self._graphs.clear()
+
+
 class WarpEnv:
     """N worlds of one ``warp:`` task on one Warp device, stepped as a batch; see the module docstring.
 
@@ -210,7 +272,8 @@ class WarpEnv:
                             t(d.qfrc_actuator), t(d.cfrc_ext),
                             torch.as_tensor(mjm.body_mass, dtype=torch.float32, device=self.device))
         self._qpos0 = torch.as_tensor(mjm.qpos0, dtype=torch.float32, device=self.device)  # [nq]
-        self._graphs: dict[str, Any] = {}
+        self._launch = GraphLaunches(wp, self._wp_device, self.device, self.graph, (
+            self._qpos, self._qvel, self._act, self._ctrl, self._time, self._warmstart))
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
         self._elapsed = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)  # [N]
@@ -231,44 +294,6 @@ class WarpEnv:
         self._mjw.kinematics(self._model, self._data)
         self._mjw.com_pos(self._model, self._data)
         self._mjw.com_vel(self._model, self._data)
-
-    def _launch(self, fn: Callable[[], None]) -> None:
-        """Run ``fn``'s Warp launches after the torch work queued so far and before the torch work that follows:
-        replaying its captured graph when ``graph`` is set (captured on first use), else launching them."""
-        wp = self._wp
-        on_cuda = self.device.type == "cuda"
-        stream = wp.stream_from_torch(self.device) if on_cuda else None  # torch's current stream
-        with wp.ScopedDevice(self._wp_device):
-            if not self.graph:
-                if stream is None:
-                    fn()
-                else:
-                    with wp.ScopedStream(stream):
-                        fn()
-                return
-            key = fn.__name__
-            if key not in self._graphs:
-                self._graphs[key] = self._capture(fn, stream)
-            wp.capture_launch(self._graphs[key], stream=stream)
-
-    def _capture(self, fn: Callable[[], None], stream: Any) -> Any:
-        """``fn``'s launches as a Warp graph. ``fn`` runs once eagerly first, so that exactly the kernels it uses are
-        compiled or loaded (Warp's own ``force_module_load`` would build every MuJoCo Warp module, ~2x the cold
-        compile), and the state is put back after it."""
-        wp = self._wp
-        saved = [x.clone() for x in (self._qpos, self._qvel, self._act, self._ctrl, self._time, self._warmstart)]
-        if stream is None:
-            fn()
-        else:
-            with wp.ScopedStream(stream):
-                fn()
-        for target, value in zip((self._qpos, self._qvel, self._act, self._ctrl, self._time, self._warmstart), saved):
-            target.copy_(value)
-        if stream is not None:
-            torch.cuda.synchronize(self.device)  # capture on Warp's own stream (torch's may be the legacy one)
-        with wp.ScopedCapture(device=self._wp_device, force_module_load=False) as capture:
-            fn()
-        return capture.graph
 
     # ---- the BatchedEnv protocol ----------------------------------------------------------------------------------
 
@@ -311,7 +336,7 @@ class WarpEnv:
 
     def close(self) -> None:
         """Drop the captured graphs (the simulator's arrays go with the env)."""
-        self._graphs.clear()
+        self._launch.clear()
 
     # ---- resets ------------------------------------------------------------------------------------------------------
 
