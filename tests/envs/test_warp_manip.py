@@ -1,7 +1,8 @@
 """``warp:Reach`` and ``warp:Lift`` (the manipulation tasks on MuJoCo Warp): the batched controller against
 ``control.DiffIK``, agreement with ``manip:Reach`` / ``manip:Lift`` from the same state and actions, the BatchedEnv
 contract, same-step auto-reset, bit-exact resume, graph replay = eager launches, the refusals, and PPO from the CLI.
-Everything runs on Warp's CPU device with two or three worlds.
+Everything runs on Warp's CPU device with two or four worlds; the ``gpu``-marked tests (the CUDA path) passed on one
+NVIDIA H200 (cold kernel compile included: ~5 min).
 
 Kernels: cached in ``WARP_CACHE_PATH`` (default ``~/.cache/warp/<version>``). Cold, the scene's kernels (mesh
 collisions among them) compile in ~65 s on the CPU device; warm, this module takes ~70 s on 2 loaded cores, most of
@@ -312,15 +313,9 @@ def test_ppo_trains_from_the_cli(tmp_path):
 # ---- CUDA ------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("task", TASKS)
-def test_cuda_check_env_and_agreement_with_the_cpu_device(task):
-    """On a GPU: the contract, and 20 steps from the same state and actions as on Warp's CPU device (same float32
-    arithmetic, other kernels' order: allowed 1e-3)."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    env = make_env(f"warp:{task},max_episode_steps=8", num_envs=64, device="cuda", seed=1)
-    check_env(env, steps=20)
+def _cuda_agrees_with_the_cpu_device(task: str) -> None:
+    """20 steps of 4 worlds from the same state and random actions on Warp's CPU device and on the GPU (the same float32
+    arithmetic in another order, contacts included: allowed 1e-3)."""
     cpu, gpu = _warp(f"warp:{task}", 4, seed=3), _warp(f"warp:{task}", 4, seed=3, device="cuda", deterministic=True)
     cpu.reset()
     gpu.load_state_dict({**cpu.state_dict(), "generator": gpu.generator.get_state()})  # a CUDA generator's own
@@ -329,3 +324,36 @@ def test_cuda_check_env_and_agreement_with_the_cpu_device(task):
         a = 2 * torch.rand(4, 7, generator=gen) - 1
         want, got = cpu.step(a), gpu.step(a.cuda())
         torch.testing.assert_close(got.obs.cpu(), want.obs, atol=1e-3, rtol=0)
+
+
+@pytest.mark.gpu
+def test_cuda_reach_check_env_and_agreement_with_the_cpu_device():
+    """On a GPU, Reach (no contacts under these actions): the whole contract, bit-exact repeats included, with MuJoCo
+    Warp's deterministic reductions (without them two runs differ by ~2e-6 from the first step)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    env = make_env("warp:Reach,max_episode_steps=8", num_envs=64, device="cuda", seed=1, deterministic=True)
+    check_env(env, steps=20)
+    _cuda_agrees_with_the_cpu_device("Reach")
+
+
+@pytest.mark.gpu
+def test_cuda_lift_agrees_with_the_cpu_device_and_repeats_within_float_noise():
+    """On a GPU, Lift: MuJoCo Warp 4.0's deterministic mode does not make runs with contacts (the cube on the table)
+    repeat bit for bit (measured on an H200: 8e-7 apart after 20 steps of 64 worlds), so check_env's exact-repeat rule
+    cannot hold; two runs of the same actions stay within 1e-5, and the trajectory agrees with the CPU device."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    runs = []
+    for _ in range(2):
+        env = _warp("warp:Lift,max_episode_steps=8", 64, seed=1, device="cuda", deterministic=True)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        obs = [env.reset(seed=5)]
+        for _ in range(20):
+            out = env.step(2 * torch.rand(64, 7, generator=gen, device="cuda") - 1)
+            assert out.obs.device.type == "cuda" and out.reward.dtype == torch.float32
+            assert torch.equal(out.obs[~out.done], out.final_obs[~out.done])
+            obs.append(out.obs)
+        runs.append(torch.stack(obs))
+    assert (runs[0] - runs[1]).abs().max() <= 1e-5
+    _cuda_agrees_with_the_cpu_device("Lift")
