@@ -276,7 +276,11 @@ def test_cuda_check_env_and_graph_against_eager(task):
 
 
 @pytest.mark.gpu
-def test_cuda_resume_is_exact_with_deterministic_kernels():
+def test_cuda_resume_repeats_within_float_noise():
+    # On the CPU device resume is bit-exact (tested above). On an H200 (2026-11-26) this test, then asserting
+    # torch.equal, failed: MuJoCo Warp 4.0 does not repeat contact-rich GPU steps bit for bit even with
+    # deterministic=true (warp:Lift's repeats differ by 8e-7 after 20 steps), so the resumed run can only follow
+    # the original within float noise amplified by the contacts. The tolerance below has not yet run on a GPU.
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     env = make_env("warp:Ant-v5,max_episode_steps=12", num_envs=16, device="cuda", seed=5, deterministic=True)
@@ -291,4 +295,4 @@ def test_cuda_resume_is_exact_with_deterministic_kernels():
     other.reset()
     other.load_state_dict(snapshot)
     for a, want in zip(actions[10:], expected):
-        assert torch.equal(other.step(a).obs, want)
+        torch.testing.assert_close(other.step(a).obs, want, atol=1e-3, rtol=1e-3)
