@@ -11,12 +11,15 @@ imports this module after putting ``experiments/`` on ``sys.path``::
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -328,3 +331,45 @@ def profile_table(fn, calls: int, rows: int = 25) -> str:
         for _ in range(calls):
             fn()
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+class Launcher:
+    """Runs a study's commands as subprocesses (``ctrl-rl train ...``), logs each to ``<runs>/commands.txt`` and its
+    output to the given log, and stops them all on Ctrl-C/SIGTERM (``stop``; the runs checkpoint atomically at every
+    evaluation, so a stopped run resumes from its last one). Used by experiments/d4rl/run_table.py and the study
+    scripts that drive many runs."""
+
+    def __init__(self, runs: Path, dry_run: bool):
+        self.runs, self.dry_run = runs, dry_run
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def run(self, cmd: list[str], log: Path, label: str) -> tuple[int, str]:
+        line = shlex.join(cmd)
+        if self.dry_run:
+            print(line, flush=True)
+            return 0, ""
+        with self.lock:
+            if self.stopping:
+                return -1, ""
+            with open(self.runs / "commands.txt", "a") as f:
+                f.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {label}\n{line}\n")
+            print(f"[start] {label}: {line}", flush=True)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            out = open(log, "a")
+            p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=out, text=True,
+                                 env={**os.environ, "MPLBACKEND": "Agg"})
+            self.procs.add(p)
+        stdout, _ = p.communicate()
+        out.write(stdout)
+        out.close()
+        with self.lock:
+            self.procs.discard(p)
+        return p.returncode, stdout
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for p in self.procs:  # SIGTERM, not SIGINT: a child of a background shell ignores SIGINT
+                p.terminate()

@@ -54,21 +54,19 @@ import datetime
 import io
 import json
 import math
-import os
 import shlex
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py, peers/
-from common import ROOT, dataset_info, git_commit  # noqa: E402
+from common import ROOT, Launcher, dataset_info, git_commit  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
@@ -347,46 +345,6 @@ def checkpoint_step(d: Path) -> int | None:
 
 
 # ------------------------------------------------------------------------------------------- launching
-class Launcher:
-    """Runs the commands as subprocesses, logs each to commands.txt, and stops them all on Ctrl-C/SIGTERM
-    (checkpoints are written atomically at every evaluation, so a stopped run resumes from its last one)."""
-
-    def __init__(self, runs: Path, dry_run: bool):
-        self.runs, self.dry_run = runs, dry_run
-        self.lock = threading.Lock()
-        self.procs: set[subprocess.Popen] = set()
-        self.stopping = False
-
-    def run(self, cmd: list[str], log: Path, label: str) -> tuple[int, str]:
-        line = shlex.join(cmd)
-        if self.dry_run:
-            print(line, flush=True)
-            return 0, ""
-        with self.lock:
-            if self.stopping:
-                return -1, ""
-            with open(self.runs / "commands.txt", "a") as f:
-                f.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {label}\n{line}\n")
-            print(f"[start] {label}: {line}", flush=True)
-            log.parent.mkdir(parents=True, exist_ok=True)
-            out = open(log, "a")
-            p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=out, text=True,
-                                 env={**os.environ, "MPLBACKEND": "Agg"})
-            self.procs.add(p)
-        stdout, _ = p.communicate()
-        out.write(stdout)
-        out.close()
-        with self.lock:
-            self.procs.discard(p)
-        return p.returncode, stdout
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopping = True
-            for p in self.procs:  # SIGTERM, not SIGINT: a child of a background shell ignores SIGINT
-                p.terminate()
-
-
 def resolve_datasets(names: list[str], g: dict, runs: Path, launcher: Launcher,
                      files: dict[str, str]) -> dict[str, str]:
     """Dataset id -> what to pass as --dataset: an override file, a recorded or resolvable id, or the file

@@ -35,22 +35,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import re
 import shlex
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT  # noqa: E402
+from common import ROOT, Launcher  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ONLINE = ("wsrl", "rlpd", "retained")
@@ -195,46 +192,6 @@ def estimate_s(job: Job, runs: Path, a: argparse.Namespace) -> float:
 
 
 # ------------------------------------------------------------------------------------------- launching
-class Launcher:
-    """Runs commands as subprocesses, logs each to commands.txt, and stops them all on Ctrl-C/SIGTERM (checkpoints
-    are written atomically at every evaluation, so a stopped run resumes from its last one)."""
-
-    def __init__(self, runs: Path, dry_run: bool):
-        self.runs, self.dry_run = runs, dry_run
-        self.lock = threading.Lock()
-        self.procs: set[subprocess.Popen] = set()
-        self.stopping = False
-
-    def run(self, cmd: list[str], log: Path, label: str) -> tuple[int, str]:
-        line = shlex.join(cmd)
-        if self.dry_run:
-            print(line, flush=True)
-            return 0, ""
-        with self.lock:
-            if self.stopping:
-                return -1, ""
-            with open(self.runs / "commands.txt", "a") as f:
-                f.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {label}\n{line}\n")
-            print(f"[start] {label}: {line}", flush=True)
-            log.parent.mkdir(parents=True, exist_ok=True)
-            out = open(log, "a")
-            p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=out, text=True,
-                                 env={**os.environ, "MPLBACKEND": "Agg"})
-            self.procs.add(p)
-        stdout, _ = p.communicate()
-        out.write(stdout)
-        out.close()
-        with self.lock:
-            self.procs.discard(p)
-        return p.returncode, stdout
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopping = True
-            for p in self.procs:  # SIGTERM, not SIGINT: a child of a background shell ignores SIGINT
-                p.terminate()
-
-
 def resolve_dataset(a: argparse.Namespace, runs: Path, launcher: Launcher, deadline) -> str | None:
     """What to pass as --dataset: a file, an id that resolves (generated before), or the file `ctrl-rl data
     generate` writes for a generated id that does not resolve yet (None when that could not be made)."""
