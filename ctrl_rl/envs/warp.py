@@ -164,6 +164,16 @@ def _warp_device(wp: Any, device: torch.device, name: str) -> str:
     raise UserInputError(f"device {str(device)!r} for warp:{name}: expected 'cpu' or 'cuda[:k]'.")
 
 
+def checked_action(env: Any, action: torch.Tensor) -> torch.Tensor:
+    """``action`` as float32 on ``env.device`` after a shape check against ``env._action_shape`` at the public entry
+    (metadata only, no host sync); the warp envs' step."""
+    action = torch.as_tensor(action, device=env.device)
+    if tuple(action.shape) != env._action_shape:
+        raise ValueError(f"{env.spec.env_id} expects float actions of shape {env._action_shape} "
+                         f"(num_envs={env.num_envs}), got shape {tuple(action.shape)}.")
+    return action.to(torch.float32)
+
+
 class GraphLaunches:
     """Runs groups of Warp launches in order with the torch work around them on one device: each group (a function
     that launches kernels) is captured once into a Warp graph and replayed (``graph=True``), or launched eagerly.
@@ -403,12 +413,7 @@ class WarpEnv:
     # ---- validation -------------------------------------------------------------------------------------------------
 
     def _check_action(self, action: torch.Tensor) -> torch.Tensor:
-        """Shape check at the public entry (metadata only, no host sync); float32 on the env's device."""
-        action = torch.as_tensor(action, device=self.device)
-        if tuple(action.shape) != self._action_shape:
-            raise ValueError(f"{self.spec.env_id} expects float actions of shape {self._action_shape} "
-                             f"(num_envs={self.num_envs}), got shape {tuple(action.shape)}.")
-        return action.to(torch.float32)
+        return checked_action(self, action)
 
     def __repr__(self) -> str:
         return f"WarpEnv({self.spec.env_id!r}, num_envs={self.num_envs}, device={str(self.device)!r})"

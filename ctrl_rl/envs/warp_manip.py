@@ -61,7 +61,7 @@ from ctrl_rl.envs.manipulation.env import config_spec
 from ctrl_rl.envs.manipulation.sim import RAMP_CHUNKS
 from ctrl_rl.envs.manipulation.tasks import LIFT_HEIGHT
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
-from ctrl_rl.envs.warp import GraphLaunches, _check_value, _import_warp, _warp_device
+from ctrl_rl.envs.warp import GraphLaunches, _check_value, _import_warp, _warp_device, checked_action
 from ctrl_rl.envs.warp_manip_control import ArmChain, BatchedDiffIK, mat_to_euler
 from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.robots.spec import franka_droid
@@ -407,12 +407,7 @@ class WarpManipEnv:
     # ---- validation -------------------------------------------------------------------------------------------------
 
     def _check_action(self, action: torch.Tensor) -> torch.Tensor:
-        """Shape check at the public entry (metadata only, no host sync); float32 on the env's device."""
-        action = torch.as_tensor(action, device=self.device)
-        if tuple(action.shape) != self._action_shape:
-            raise ValueError(f"{self.spec.env_id} expects float actions of shape {self._action_shape} "
-                             f"(num_envs={self.num_envs}), got shape {tuple(action.shape)}.")
-        return action.to(torch.float32)
+        return checked_action(self, action)
 
     def __repr__(self) -> str:
         return f"WarpManipEnv({self.spec.env_id!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
