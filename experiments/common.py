@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -373,3 +374,18 @@ class Launcher:
             self.stopping = True
             for p in self.procs:  # SIGTERM, not SIGINT: a child of a background shell ignores SIGINT
                 p.terminate()
+
+
+def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetime | None:
+    """``+6h``, ``+90m`` or an ISO time (``2026-11-26T18:00``, local time unless it says otherwise)."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\+(\d+(?:\.\d+)?)([hm])", text.strip())
+    if m:
+        return now + datetime.timedelta(**{"hours" if m.group(2) == "h" else "minutes": float(m.group(1))})
+    try:
+        t = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise SystemExit(f"--deadline {text!r} is neither +<hours>h, +<minutes>m nor an ISO time: expected e.g. +6h, "
+                         "+90m or 2026-11-26T18:00") from None
+    return t if t.tzinfo is not None else t.astimezone()

@@ -31,7 +31,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import shlex
 import signal
 import statistics
@@ -42,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT  # noqa: E402
+from common import ROOT, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 MARGIN = 1.15  # estimates are stretched by this much before they are compared with the deadline
@@ -112,22 +111,7 @@ def command(job: Job, a: argparse.Namespace) -> list[str]:
             *common, *shlex.split(a.run_args), *flow]
 
 
-# ------------------------------------------------------------------------------------------- the deadline
-def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetime | None:
-    """``+6h``, ``+90m`` or an ISO time (``2026-11-26T18:00``, local time unless it says otherwise)."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\+(\d+(?:\.\d+)?)([hm])", text.strip())
-    if m:
-        return now + datetime.timedelta(**{"hours" if m.group(2) == "h" else "minutes": float(m.group(1))})
-    try:
-        t = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise SystemExit(f"--deadline {text!r} is neither +<hours>h, +<minutes>m nor an ISO time: expected e.g. +6h, "
-                         "+90m or 2026-11-26T18:00") from None
-    return t if t.tzinfo is not None else t.astimezone()
-
-
+# ----------------------------------------------------------------------- the deadline (parse_deadline: common.py)
 def run_rate(d: Path) -> float | None:
     """Env steps per second of the run in ``d`` after its warm-up (``learning_starts``): the slope of step against the
     run's clock over its logged rows after the warm-up (a resumed run's clock continues from its checkpoint), None

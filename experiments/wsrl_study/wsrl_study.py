@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import shlex
 import shutil
 import signal
@@ -47,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, Launcher  # noqa: E402
+from common import ROOT, Launcher, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ONLINE = ("wsrl", "rlpd", "retained")
@@ -140,22 +139,7 @@ def command(job: Job, a: argparse.Namespace, data: str) -> list[str]:
     return [*py, "train", "wsrl", *init, "--dataset", data, "--offline-ratio", "0.5", *online]
 
 
-# ------------------------------------------------------------------------------------------- the deadline
-def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetime | None:
-    """``+6h``, ``+90m`` or an ISO time (``2026-11-26T18:00``, local time unless it says otherwise)."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\+(\d+(?:\.\d+)?)([hm])", text.strip())
-    if m:
-        return now + datetime.timedelta(**{"hours" if m.group(2) == "h" else "minutes": float(m.group(1))})
-    try:
-        t = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise SystemExit(f"--deadline {text!r} is neither +<hours>h, +<minutes>m nor an ISO time: expected e.g. +6h, "
-                         "+90m or 2026-11-26T18:00") from None
-    return t if t.tzinfo is not None else t.astimezone()
-
-
+# ----------------------------------------------------------------------- the deadline (parse_deadline: common.py)
 def run_rate(d: Path) -> float | None:
     """Steps per second of the run in ``d`` after its warm-up (``learning_starts``; none offline): the slope of step
     against the run clock over its latest stretch of logged rows (a resume may restart the clock), None before two
