@@ -15,7 +15,8 @@ not checked (docs/algorithms/ravl.md#per-dataset-settings), so no per-dataset pr
 
 RAVL is SAC (``algos/sac.py``) with these settings (``RAVL_SAC``): SAC-N's summed critic loss
 (``critic_reduction="sum"``), EDAC's diversity term (``edac_eta``, ``core.losses.edac_diversity``) and EDAC's
-initialisation (``edac_init``), on the model-based loop without a penalty (``learn.config.FlatRolloutsLoopConfig``'s
+initialisation (``edac_init``), EDAC's update order (``update_order="actor_first"``: temperature, actor, then
+critic), on the model-based loop without a penalty (``learn.config.FlatRolloutsLoopConfig``'s
 defaults).
 """
 
@@ -27,8 +28,10 @@ from ctrl_rl.algos.sac import SAC, SACConfig
 
 # RAVL's code defaults: 3x256 actor and critics, N = 10 critics with the minimum over all of them in the target,
 # each member's batch mean summed (SAC-N, EDAC), eta = 1, EDAC's initialisation
+# and its update order: temperature, actor, then critic (``update_order="actor_first"``; the official agent's
+# ``update``, CORL's EDAC)
 RAVL_SAC = {"actor_hidden": (256, 256, 256), "critic_hidden": (256, 256, 256), "num_critics": 10, "target_subset": 10,
-            "critic_reduction": "sum", "edac_eta": 1.0, "edac_init": True}
+            "critic_reduction": "sum", "edac_eta": 1.0, "edac_init": True, "update_order": "actor_first"}
 
 register(AlgoEntry(
     "ravl", SACConfig, SAC, regime="model-based",

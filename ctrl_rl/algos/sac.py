@@ -152,6 +152,11 @@ class SACConfig(EncoderFields):
     edac_init: bool = False
     """EDAC's initialisation: hidden biases 0.1, critic output layer U(-3e-3, 3e-3), actor output U(-1e-3, 1e-3)
     (RAVL: on)."""
+    update_order: Literal["critic_first", "actor_first"] = "critic_first"
+    """Order of one update's steps: ``critic_first`` (the SAC papers' and SB3's: the critic step, then the actor and
+    temperature steps on the updated critics) or ``actor_first`` (EDAC's and CORL's, which RAVL's official code keeps:
+    the temperature and actor steps on the critics before this update, then the critic step, whose target draws
+    a' from the updated actor and uses the updated temperature; RAVL's default). ``policy_delay`` 1 only."""
     obs_norm: bool = False
     """Normalize flat observations with running mean/std (``core.nets.RunningNorm``, PPO's) before actor and
     critics: the loop feeds it every env step's observations (``update_obs_stats``), the replay keeps raw ones, the
@@ -170,6 +175,12 @@ class SACConfig(EncoderFields):
             raise ValueError("invalid SAC setting: expected critic_splits >= 1 and final_hidden_scale > 0")
         if not isinstance(self.drq_pad, int) or isinstance(self.drq_pad, bool) or self.drq_pad < 0:
             raise ValueError(f"invalid SAC setting drq_pad={self.drq_pad!r}: expected 0 (off) or a number of pixels")
+        if self.update_order not in ("critic_first", "actor_first"):
+            raise UserInputError(f"invalid --update-order {self.update_order!r}: expected 'critic_first' or "
+                                 "'actor_first'")
+        if self.update_order == "actor_first" and (self.policy_delay != 1 or self.crossq or self.critic_splits != 1):
+            raise UserInputError("--update-order actor_first takes one actor step before every critic step: expected "
+                                 "--policy-delay 1, --critic-splits 1 and no --crossq")
         if self.critic_reduction not in ("mean", "sum"):
             raise UserInputError(f"invalid --critic-reduction {self.critic_reduction!r}: expected 'mean' or 'sum'")
         if not self.edac_eta >= 0.0:
@@ -473,6 +484,8 @@ class SAC:
         assert feats is not None  # set above (the checker sees torch.no_grad as possibly swallowing an exception)
         # dimensions count from the end: CQL's seeds-runs (core.seeds) give every tensor a leading [S] ([*S,...])
         a, logp = sample if sample is not None else self.actor.sample(feats, self.gen)  # [*S,B,A], [*S,B]
+        # EDAC's order takes the temperature step first; its actor loss then reads the updated temperature
+        alpha_info = self.alpha_step(logp) if c.update_order == "actor_first" else None
         if c.crossq:
             self.critic.eval()  # CrossQ evaluates the actor's actions on the critics' running statistics
             try:
@@ -485,7 +498,7 @@ class SAC:
         loss = (self.alpha.unsqueeze(-1) * logp - q_agg).mean(-1)  # [*S]
         self.actor_step(loss)
         return {"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(-1), "stats/alpha": self.alpha,
-                **self.alpha_step(logp)}
+                **(alpha_info if alpha_info is not None else self.alpha_step(logp))}
 
     def actor_step(self, loss: torch.Tensor) -> None:
         """One optimizer step of the actor on ``loss``. Gradients are taken for the actor's parameters only:
@@ -510,6 +523,10 @@ class SAC:
         # the batch is encoded once (flat: no op); the actor reads the critic step's input features, detached
         f, f_next = self.features(batch)  # [*S,B,F] each
         f_actor = f.detach()  # [*S,B,F]
+        if self.config.update_order == "actor_first":  # EDAC's order: temperature and actor, then the critic
+            info = self.update_actor(batch, feats=f_actor)
+            info.update(self.update_critic(batch, feats=(f, f_next)))
+            return info
         if (self.critic_updates + 1) % self.config.policy_delay == 0 and not self.actor_renorm:
             # both actor samples from one noise draw: the actor does not change between the critic step and its
             # own step, so a' ~ pi(s') (for the target, detached) and a ~ pi(s) come from one call; SAC's own actor

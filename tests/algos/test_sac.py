@@ -193,3 +193,7 @@ def test_edac_settings_are_checked():
         SACConfig(critic_reduction="max")
     with pytest.raises(ValueError, match="own actor"):
         SAC(SACConfig(edac_init=True), SPEC, "cpu", actor=torch.nn.Linear(5, 4))
+    with pytest.raises(ValueError, match="--update-order 'critic_last'"):
+        SACConfig(update_order="critic_last")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--policy-delay 1"):
+        SACConfig(update_order="actor_first", policy_delay=2)

@@ -6,7 +6,8 @@ forward of the joint ``[s'; s]`` batch, the critic input as ``cat(obs, action)``
 ``index_select``, ``std`` for the member spread, Adam through the optimizers' ``step``. Two agents built from the same
 seed take the same batches, one through ``update`` and one through the reference; losses, statistics and every
 parameter (actor, critics, targets, temperature) agree within 1e-5 relative after a few updates (float rounding: the
-fast path adds the same terms in another order).
+fast path adds the same terms in another order). With ``update_order="actor_first"`` (RAVL's default) the reference is
+RAVL's official order instead (``_ref_actor_first``).
 """
 
 import pytest
@@ -21,15 +22,16 @@ from ctrl_rl.envs.protocol import EnvSpec
 SPEC = EnvSpec("synthetic:halfcheetah", (17,), False, 6, (-1.0,) * 6, (1.0,) * 6)
 CONFIGS = {
     "sac_defaults": {},
-    "ravl": RAVL_SAC,
+    "ravl": RAVL_SAC,  # EDAC's update order (actor_first): the reference follows RAVL's official code
+    "ravl_critic_first": {**RAVL_SAC, "update_order": "critic_first"},
     # REDQ-style subset, mean over members for the actor, a policy delay, LayerNorm critics and actor, no backup
     # entropy, a fixed temperature: the other branches of the update
     "redq_delay_norms": {"num_critics": 4, "target_subset": 2, "actor_q": "mean", "policy_delay": 2,
                          "layer_norm": True, "actor_layer_norm": True, "critic_hidden": (64, 64)},
     "fixed_alpha": {"learn_alpha": False, "backup_entropy": False, "init_alpha": 0.2, "critic_reduction": "sum"},
     # EDAC with LayerNorm critics: the action-gradients through autograd's double backward, as before
-    "edac_layer_norm": {**RAVL_SAC, "layer_norm": True, "num_critics": 3, "target_subset": 3,
-                        "critic_hidden": (64, 64)},
+    "edac_layer_norm": {**RAVL_SAC, "update_order": "critic_first", "layer_norm": True, "num_critics": 3,
+                        "target_subset": 3, "critic_hidden": (64, 64)},
 }
 
 
@@ -102,7 +104,35 @@ def _ref_actor(algo: SAC, batch: Transition, a: torch.Tensor, logp: torch.Tensor
     return info
 
 
+def _ref_actor_first(algo: SAC, batch: Transition) -> dict:
+    """RAVL's official order (anyasims/edge-of-reach ``agent.update``, CORL's EDAC): the temperature step, the actor
+    step with the updated temperature on the critics before this update, then the critic step, whose target draws a'
+    from the updated actor."""
+    c = algo.config
+    f = _flat(batch)[0]
+    a, logp = algo.actor.sample(f, algo.gen)  # [B,A], [B]
+    info = {}
+    if algo.alpha_opt is not None:
+        alpha_loss = -(algo.log_alpha * (logp.detach() + algo.target_entropy)).mean()
+        algo.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        algo.alpha_opt.step()
+        info["loss/alpha"] = alpha_loss.detach()
+    alpha = algo.log_alpha.detach().exp()
+    q = algo.critic(torch.cat([f, a], -1)).squeeze(-1)
+    loss = (alpha * logp - (q.min(0).values if c.actor_q == "min" else q.mean(0))).mean()
+    params = list(algo.actor.parameters())
+    for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+        p.grad = g
+    algo.actor_opt.step()
+    info.update({"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(), "stats/alpha": alpha})
+    info.update(_ref_critic(algo, batch, None))
+    return info
+
+
 def _ref_update(algo: SAC, batch: Transition) -> dict:
+    if algo.config.update_order == "actor_first":
+        return _ref_actor_first(algo, batch)
     f, f_next = _flat(batch)
     if (algo.critic_updates + 1) % algo.config.policy_delay == 0:
         B = f.shape[0]
