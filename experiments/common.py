@@ -389,3 +389,15 @@ def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetim
         raise SystemExit(f"--deadline {text!r} is neither +<hours>h, +<minutes>m nor an ISO time: expected e.g. +6h, "
                          "+90m or 2026-11-26T18:00") from None
     return t if t.tzinfo is not None else t.astimezone()
+
+
+def load_module(path: Path, name: str):
+    """The Python file ``path`` as a module named ``name`` (a study's sibling script such as its summarize.py, under a
+    name of its own: several studies have a summarize.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

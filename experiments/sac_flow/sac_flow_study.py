@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, parse_deadline  # noqa: E402
+from common import ROOT, load_module, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 MARGIN = 1.15  # estimates are stretched by this much before they are compared with the deadline
@@ -256,13 +256,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def summarizer():
     """This folder's summarize.py as a module (under its own name: other studies have a summarize.py too)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sac_flow_study_summarize", RESULTS / "summarize.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(RESULTS / "summarize.py", "sac_flow_study_summarize")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, Launcher, parse_deadline  # noqa: E402
+from common import ROOT, Launcher, load_module, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ONLINE = ("wsrl", "rlpd", "retained")
@@ -324,13 +324,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def summarizer():
     """This folder's summarize.py as a module (under its own name: other studies have a summarize.py too)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("wsrl_study_summarize", RESULTS / "summarize.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(RESULTS / "summarize.py", "wsrl_study_summarize")
 
 
 def _interrupt(*_) -> None:
