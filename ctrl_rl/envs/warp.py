@@ -174,6 +174,19 @@ def checked_action(env: Any, action: torch.Tensor) -> torch.Tensor:
     return action.to(torch.float32)
 
 
+def load_sim_tensors(env: Any, d: dict[str, Any], targets: dict[str, torch.Tensor]) -> None:
+    """A warp env's ``load_state_dict``: ``d`` must be for ``env``'s id and hold every key of ``targets`` (the
+    simulator's arrays as torch views) at its shape; all are checked before any is copied in place."""
+    if d.get("env_id") != env.spec.env_id:
+        raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {env.spec.env_id!r}.")
+    for key, target in targets.items():
+        if tuple(d[key].shape) != tuple(target.shape):
+            raise ValueError(f"state_dict holds {key} of shape {tuple(d[key].shape)}, expected "
+                             f"{tuple(target.shape)} (num_envs={env.num_envs}).")
+    for key, target in targets.items():
+        target.copy_(d[key].to(device=env.device, dtype=target.dtype))
+
+
 class GraphLaunches:
     """Runs groups of Warp launches in order with the torch work around them on one device: each group (a function
     that launches kernels) is captured once into a Warp graph and replayed (``graph=True``), or launched eagerly.
@@ -396,16 +409,8 @@ class WarpEnv:
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        if d.get("env_id") != self.spec.env_id:
-            raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {self.spec.env_id!r}.")
-        targets = {"qpos": self._qpos, "qvel": self._qvel, "act": self._act, "ctrl": self._ctrl, "time": self._time,
-                   "qacc_warmstart": self._warmstart}
-        for key, target in targets.items():
-            if tuple(d[key].shape) != tuple(target.shape):
-                raise ValueError(f"state_dict holds {key} of shape {tuple(d[key].shape)}, expected "
-                                 f"{tuple(target.shape)} (num_envs={self.num_envs}).")
-        for key, target in targets.items():
-            target.copy_(d[key].to(device=self.device, dtype=target.dtype))
+        load_sim_tensors(self, d, {"qpos": self._qpos, "qvel": self._qvel, "act": self._act, "ctrl": self._ctrl,
+                                   "time": self._time, "qacc_warmstart": self._warmstart})
         self._elapsed = d["elapsed_steps"].to(device=self.device, dtype=torch.int64, copy=True)  # [N]
         self._position = d["position"].to(device=self.device, dtype=torch.float32, copy=True)  # [N,P]
         self.generator.set_state(d["generator"])

@@ -61,7 +61,7 @@ from ctrl_rl.envs.manipulation.env import config_spec
 from ctrl_rl.envs.manipulation.sim import RAMP_CHUNKS
 from ctrl_rl.envs.manipulation.tasks import LIFT_HEIGHT
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
-from ctrl_rl.envs.warp import GraphLaunches, _check_value, _import_warp, _warp_device, checked_action
+from ctrl_rl.envs.warp import GraphLaunches, _check_value, _import_warp, _warp_device, checked_action, load_sim_tensors
 from ctrl_rl.envs.warp_manip_control import ArmChain, BatchedDiffIK, mat_to_euler
 from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.robots.spec import franka_droid
@@ -390,15 +390,7 @@ class WarpManipEnv:
                 "generator": self.generator.get_state()}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        if d.get("env_id") != self.spec.env_id:
-            raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {self.spec.env_id!r}.")
-        targets = dict(zip(self._SIM_KEYS, self._sim_tensors()))
-        for key, target in targets.items():
-            if tuple(d[key].shape) != tuple(target.shape):
-                raise ValueError(f"state_dict holds {key} of shape {tuple(d[key].shape)}, expected "
-                                 f"{tuple(target.shape)} (num_envs={self.num_envs}).")
-        for key, target in targets.items():
-            target.copy_(d[key].to(device=self.device, dtype=target.dtype))
+        load_sim_tensors(self, d, dict(zip(self._SIM_KEYS, self._sim_tensors())))
         self._grip = d["gripper_command"].to(device=self.device, dtype=torch.float32, copy=True)  # [N]
         self._elapsed = d["elapsed_steps"].to(device=self.device, dtype=torch.int64, copy=True)  # [N]
         self.generator.set_state(d["generator"])
