@@ -109,6 +109,9 @@ class CQLConfig(SACConfig):
         if self.edac_eta != 0 or self.critic_reduction != "mean":
             raise ValueError("invalid CQL setting: edac_eta and critic_reduction shape SAC's critic loss, and CQL has "
                              "its own: expected edac_eta 0 and critic_reduction 'mean'")
+        if self.update_order != "critic_first":
+            raise UserInputError(f"invalid --update-order {self.update_order!r} for CQL: its update runs the critic "
+                                 "step first (expected 'critic_first')")
         if self.num_cql_samples < 1:
             raise ValueError("invalid CQL setting: expected num_cql_samples >= 1")
         if self.lagrange_init <= 0 or self.alpha_cql < 0 or not 0 < self.action_clip <= 1:

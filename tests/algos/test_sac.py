@@ -197,3 +197,7 @@ def test_edac_settings_are_checked():
         SACConfig(update_order="critic_last")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="--policy-delay 1"):
         SACConfig(update_order="actor_first", policy_delay=2)
+    from ctrl_rl.algos.cql import CQLConfig
+
+    with pytest.raises(ValueError, match="for CQL"):
+        CQLConfig(update_order="actor_first")
