@@ -164,6 +164,14 @@ def _warp_device(wp: Any, device: torch.device, name: str) -> str:
     raise UserInputError(f"device {str(device)!r} for warp:{name}: expected 'cpu' or 'cuda[:k]'.")
 
 
+def check_env_args(task: str, num_envs: int, graph: bool, deterministic: bool) -> None:
+    """The warp envs' constructor arguments beside the task's options: a positive world count and boolean switches."""
+    if int(num_envs) < 1:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
+    for key, value in (("graph", graph), ("deterministic", deterministic)):
+        _check_value(task, key, value, False)
+
+
 def checked_action(env: Any, action: torch.Tensor) -> torch.Tensor:
     """``action`` as float32 on ``env.device`` after a shape check against ``env._action_shape`` at the public entry
     (metadata only, no host sync); the warp envs' step."""
@@ -264,10 +272,7 @@ class WarpEnv:
 
     def __init__(self, task: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  graph: bool = True, deterministic: bool = False, **options: Any) -> None:
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
-        for key, value in (("graph", graph), ("deterministic", deterministic)):
-            _check_value(task, key, value, False)
+        check_env_args(task, num_envs, graph, deterministic)
         self.spec = warp_spec(task, **options)
         self.cfg = task_config(task, options)
         self.task = TASKS[task]

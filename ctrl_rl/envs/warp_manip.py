@@ -61,7 +61,14 @@ from ctrl_rl.envs.manipulation.env import config_spec
 from ctrl_rl.envs.manipulation.sim import RAMP_CHUNKS
 from ctrl_rl.envs.manipulation.tasks import LIFT_HEIGHT
 from ctrl_rl.envs.protocol import EnvSpec, StepOut
-from ctrl_rl.envs.warp import GraphLaunches, _check_value, _import_warp, _warp_device, checked_action, load_sim_tensors
+from ctrl_rl.envs.warp import (
+    GraphLaunches,
+    _import_warp,
+    _warp_device,
+    check_env_args,
+    checked_action,
+    load_sim_tensors,
+)
 from ctrl_rl.envs.warp_manip_control import ArmChain, BatchedDiffIK, mat_to_euler
 from ctrl_rl.errors import UserInputError, did_you_mean
 from ctrl_rl.robots.spec import franka_droid
@@ -134,10 +141,7 @@ class WarpManipEnv:
 
     def __init__(self, task: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int = 0,
                  graph: bool = True, deterministic: bool = False, **options: Any) -> None:
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}.")
-        for key, value in (("graph", graph), ("deterministic", deterministic)):
-            _check_value(task, key, value, False)
+        check_env_args(task, num_envs, graph, deterministic)
         self.config = cfg = manip_config(task, options)
         self.spec = replace(config_spec(cfg), env_id=f"warp:{task}", backend="warp")
         self.task = task
