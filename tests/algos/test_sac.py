@@ -124,6 +124,8 @@ def _old_edac_init_(critic, actor):
     with torch.no_grad():
         *hidden, last = critic.layers
         for layer in hidden:
+            bound = layer.weight.shape[-1] ** -0.5  # the official code's (CORL's) hidden-weight bound, 1/sqrt(out)
+            layer.weight.uniform_(-bound, bound)
             layer.bias.fill_(0.1)
         last.weight.uniform_(-3e-3, 3e-3)
         last.bias.uniform_(-3e-3, 3e-3)
