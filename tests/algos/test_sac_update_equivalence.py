@@ -84,6 +84,17 @@ def _ref_critic(algo: SAC, batch: Transition, next_sample: tuple[torch.Tensor, t
     return {"loss/critic": loss.detach(), "stats/q_mean": qd.mean(), "stats/target_mean": y.mean(), **info}
 
 
+def _ref_alpha(algo: SAC, logp: torch.Tensor) -> dict:
+    """The temperature step towards the target entropy (none with a fixed temperature)."""
+    if algo.alpha_opt is None:
+        return {}
+    alpha_loss = -(algo.log_alpha * (logp.detach() + algo.target_entropy)).mean()
+    algo.alpha_opt.zero_grad(set_to_none=True)
+    alpha_loss.backward()
+    algo.alpha_opt.step()
+    return {"loss/alpha": alpha_loss.detach()}
+
+
 def _ref_actor(algo: SAC, batch: Transition, a: torch.Tensor, logp: torch.Tensor) -> dict:
     c = algo.config
     q = algo.critic(torch.cat([_flat(batch)[0], a], -1)).squeeze(-1)
@@ -95,12 +106,7 @@ def _ref_actor(algo: SAC, batch: Transition, a: torch.Tensor, logp: torch.Tensor
         p.grad = g
     algo.actor_opt.step()
     info = {"loss/actor": loss.detach(), "stats/entropy": -logp.detach().mean(), "stats/alpha": alpha}
-    if algo.alpha_opt is not None:
-        alpha_loss = -(algo.log_alpha * (logp.detach() + algo.target_entropy)).mean()
-        algo.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        algo.alpha_opt.step()
-        info["loss/alpha"] = alpha_loss.detach()
+    info.update(_ref_alpha(algo, logp))
     return info
 
 
@@ -112,12 +118,7 @@ def _ref_actor_first(algo: SAC, batch: Transition) -> dict:
     f = _flat(batch)[0]
     a, logp = algo.actor.sample(f, algo.gen)  # [B,A], [B]
     info = {}
-    if algo.alpha_opt is not None:
-        alpha_loss = -(algo.log_alpha * (logp.detach() + algo.target_entropy)).mean()
-        algo.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        algo.alpha_opt.step()
-        info["loss/alpha"] = alpha_loss.detach()
+    info.update(_ref_alpha(algo, logp))
     alpha = algo.log_alpha.detach().exp()
     q = algo.critic(torch.cat([f, a], -1)).squeeze(-1)
     loss = (alpha * logp - (q.min(0).values if c.actor_q == "min" else q.mean(0))).mean()
