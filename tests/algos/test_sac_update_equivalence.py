@@ -117,8 +117,7 @@ def _ref_actor_first(algo: SAC, batch: Transition) -> dict:
     c = algo.config
     f = _flat(batch)[0]
     a, logp = algo.actor.sample(f, algo.gen)  # [B,A], [B]
-    info = {}
-    info.update(_ref_alpha(algo, logp))
+    info = _ref_alpha(algo, logp)
     alpha = algo.log_alpha.detach().exp()
     q = algo.critic(torch.cat([f, a], -1)).squeeze(-1)
     loss = (alpha * logp - (q.min(0).values if c.actor_q == "min" else q.mean(0))).mean()
