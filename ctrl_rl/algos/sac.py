@@ -150,7 +150,8 @@ class SACConfig(EncoderFields):
     edac_eta: float = 0.0
     """eta: weight of EDAC's gradient-diversity term in the critic loss (0: off, SAC-N; RAVL 1.0)."""
     edac_init: bool = False
-    """EDAC's initialisation: hidden biases 0.1, critic output layer U(-3e-3, 3e-3), actor output U(-1e-3, 1e-3)
+    """EDAC's initialisation as RAVL's official code runs it (``edac_init_``): critic hidden weights
+    U(-1/sqrt(out), 1/sqrt(out)), hidden biases 0.1, critic output layer U(-3e-3, 3e-3), actor output U(-1e-3, 1e-3)
     (RAVL: on)."""
     update_order: Literal["critic_first", "actor_first"] = "critic_first"
     """Order of one update's steps: ``critic_first`` (the SAC papers' and SB3's: the critic step, then the actor and
