@@ -52,11 +52,11 @@ def official(a, seed: int, out: Path) -> dict:
             "torch_threads": res.get("torch_threads"), "process_s": time.perf_counter() - t0}
 
 
-def ctrl_rl(a, seed: int, out: Path) -> dict:
+def ctrl_rl(a, seed: int, out: Path, extra: tuple[str, ...] = ()) -> dict:
     cmd = [sys.executable, "-m", "ctrl_rl", "train", "ravl", "--env", a.env, "--dataset", a.dataset, "--model",
            str(a.ctrl_rl_model), "--total-steps", str(a.steps), "--eval-every", "0", "--eval-episodes", "1",
            "--log-every", "100", "--seed", str(seed), "--run-dir", str(out), "--no-progress", "--checkpoint-every",
-           str(10**9)]
+           str(10**9), *extra]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "MPLBACKEND": "Agg"})
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
@@ -76,28 +76,40 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--checkout", type=Path, default=Path("/work/peers/edge-of-reach"))
     ap.add_argument("--venv", type=Path, default=Path("/work/peers/ravl-venv"))
+    ap.add_argument("--no-bf16", action="store_true",
+                    help="skip the third side, ctrl_rl with --matmul-precision medium (bfloat16 matmuls)")
     a = ap.parse_args(argv)
     load = os.getloadavg()[0]
-    got: dict[str, list[dict]] = {"official": [], "ctrl_rl": []}
+    sides = ("official", "ctrl_rl") + (() if a.no_bf16 else ("ctrl_rl_bf16",))
+    got: dict[str, list[dict]] = {k: [] for k in sides}
     with tempfile.TemporaryDirectory(prefix="ravl_speed_") as tmp:
         for r in range(a.repeats):
-            order = ("official", "ctrl_rl") if r % 2 == 0 else ("ctrl_rl", "official")
+            order = sides if r % 2 == 0 else sides[::-1]
             for side in order:
                 out = Path(tmp) / f"{side}-{r}"
-                got[side].append((official if side == "official" else ctrl_rl)(a, r, out))
+                if side == "official":
+                    got[side].append(official(a, r, out))
+                else:
+                    extra = ("--matmul-precision", "medium") if side == "ctrl_rl_bf16" else ()
+                    got[side].append(ctrl_rl(a, r, out, extra))
                 print(f"repeat {r} {side}: {got[side][-1]['grad_steps_per_s']:.2f} gradient steps/s", flush=True)
     med = {k: statistics.median(x["grad_steps_per_s"] for x in v) for k, v in got.items()}
     ratio = med["ctrl_rl"] / med["official"]
     payload = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
                "command": "python experiments/ravl_parity/speed.py " + " ".join(argv or sys.argv[1:]),
                "load_average_before": load, "steps": a.steps, "repeats": got, "median_grad_steps_per_s": med,
-               "ratio_ctrl_rl_over_official": ratio, "target": 2.0}
+               "ratio_ctrl_rl_over_official": ratio, "target": 2.0,
+               "ratio_ctrl_rl_bf16_over_official": med.get("ctrl_rl_bf16", float("nan")) / med["official"]}
     md = ["# RAVL gradient steps/s: ctrl_rl against the official code, same invocation", "",
           f"`{payload['command']}` ({payload['date']}, commit {payload['commit']}, load average {load:.2f} before)",
           "", f"| code | gradient steps/s (median of {a.repeats}) | repeats |", "|---|---|---|"]
     for k, v in got.items():
         md.append(f"| {k} | {med[k]:.2f} | " + ", ".join(f"{x['grad_steps_per_s']:.2f}" for x in v) + " |")
-    md += ["", f"ctrl_rl / official: **{ratio:.2f}x** (target 2x: {'met' if ratio >= 2 else 'not met'})", ""]
+    md += ["", f"ctrl_rl / official: **{ratio:.2f}x** (target 2x: {'met' if ratio >= 2 else 'not met'})"]
+    if "ctrl_rl_bf16" in med:
+        rb = payload["ratio_ctrl_rl_bf16_over_official"]
+        md.append(f"ctrl_rl with `--matmul-precision medium` / official: **{rb:.2f}x** (not the default)")
+    md.append("")
     write_result("ravl_speed", payload, "\n".join(md) + "\n", folder=HERE)
 
 
