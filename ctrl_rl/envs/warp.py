@@ -187,6 +187,10 @@ def load_sim_tensors(env: Any, d: dict[str, Any], targets: dict[str, torch.Tenso
     simulator's arrays as torch views) at its shape; all are checked before any is copied in place."""
     if d.get("env_id") != env.spec.env_id:
         raise ValueError(f"state_dict is for env {d.get('env_id')!r}, not {env.spec.env_id!r}.")
+    missing = [key for key in targets if key not in d]
+    if missing:
+        raise ValueError(f"state_dict for {env.spec.env_id!r} lacks {', '.join(missing)}: expected the keys "
+                         f"{', '.join(targets)} that the env's own state_dict() writes.")
     for key, target in targets.items():
         if tuple(d[key].shape) != tuple(target.shape):
             raise ValueError(f"state_dict holds {key} of shape {tuple(d[key].shape)}, expected "

@@ -181,6 +181,9 @@ def test_state_dict_round_trip_continues_bit_exactly(task):
         make_env("warp:HalfCheetah-v5", num_envs=3).load_state_dict(snapshot)
     with pytest.raises(ValueError, match="num_envs=2"):
         make_env(f"warp:{task}", num_envs=2).load_state_dict(snapshot)
+    partial = {k: v for k, v in snapshot.items() if k != "qvel"}
+    with pytest.raises(ValueError, match="lacks qvel"):
+        other.load_state_dict(partial)
 
 
 def test_graph_replay_equals_eager_launches():
