@@ -4,8 +4,8 @@ against ctrl_rl's default SAC and SB3 SAC with rl-zoo's HalfCheetah settings, in
 Variants (each run a fresh process; for every seed each variant in turn, the order rotated from seed to seed so that
 a drift of the machine's speed hits every variant alike):
 
-  fastsac  ``python -m ctrl_rl train sac --preset fastsac-halfcheetah --seed S`` (32 envpool envs, batch 1024,
-           UTD 1/8, 3-step returns, observation normalization, LayerNorm critics)
+  fastsac  ``python -m ctrl_rl train sac --preset fastsac-halfcheetah --seed S`` (16 envpool envs, batch 256,
+           UTD 1/4, 3-step returns, observation normalization, plain critics)
   sac      ``python -m ctrl_rl train sac --env HalfCheetah-v5 --seed S``: ctrl_rl's default SAC (1 env, batch 256,
            UTD 1, 5k random steps, the SAC paper's settings)
   sb3      SB3 SAC with rl-zoo's ``hyperparams/sac.yml`` HalfCheetah entry (``learning_starts`` 10k, SB3's defaults

@@ -70,7 +70,10 @@ def test_fastsac_presets_build(name):
     cfg = from_dict(entry.config, p.config, name)
     assert isinstance(run.loop, OffPolicyLoopConfig) and run.loop.n_step == 3 and run.num_envs >= 16
     assert run.loop.utd_ratio < 1 and run.env.endswith("-v5")
-    assert cfg.obs_norm and cfg.layer_norm
+    assert cfg.obs_norm
+    # HalfCheetah's critics dropped LayerNorm after experiments/fast_sac's screen; Hopper's and Walker2d's were not
+    # screened and keep the recipe's LayerNorm critics
+    assert cfg.layer_norm == (name != "fastsac-halfcheetah")
 
 
 def test_cli_trains_a_fastsac_preset_without_naming_the_algorithm(tmp_path, capsys):
