@@ -23,7 +23,8 @@ A run stops at its variant's ``--budget-steps`` env steps or ``--budget-s`` trai
 (ctrl_rl: the script stops the process; the last evaluation it logged is its final return). Results go to
 ``<--name>.json`` after every run (resumable: a (variant, seed) already in it with the same settings is not run
 again; ``--fresh`` starts over), with each run's curve ``[step, train_s, wall_s, eval_return]``, the git commit,
-the machine and the load average; ``<--name>.png`` plots evaluation return against training wall time and env steps.
+the machine and the load average; ``<--name>.png`` (also rewritten after every run) plots evaluation return against
+training wall time and env steps.
 
     python experiments/fast_sac/fast_sac.py                          # 3 seeds, all variants (hours: README)
     python experiments/fast_sac/fast_sac.py --seeds 0 --budget-steps fastsac=30000 sac=8000 sb3=12000 \\
@@ -279,6 +280,7 @@ def main() -> None:
                            "budget_s": budget_s, "eval_every": a.eval_every, "eval_episodes": a.eval_episodes,
                            "summary": summarize(runs), "runs": runs}
                 write_result(a.name, payload, folder=RESULTS)
+                plot(runs, RESULTS / f"{a.name}.png")  # current after every run, as the JSON
     summary = summarize(runs)
     print(json.dumps({k: v for k, v in summary.items() if k.startswith("speedup")}, indent=1))
     for v in VARIANTS:
