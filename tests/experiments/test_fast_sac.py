@@ -1,0 +1,62 @@
+"""experiments/fast_sac/fast_sac.py's summary on fabricated runs: each seed's time to a return, medians, seeds that
+never got there (a censored median is a lower bound and gives no ratio), the baselines' ratios to fastsac, and its
+VARIANT=VALUE flags."""
+
+import pytest
+
+from tests.scripts import experiment_script
+
+
+@pytest.fixture(scope="module")
+def fs():
+    with experiment_script("experiments/fast_sac/fast_sac.py", "fast_sac_bench") as mod:
+        yield mod
+
+
+def run(variant: str, seed: int, points: list[tuple[int, float, float]]) -> tuple[str, dict]:
+    """A results entry: ``points`` = (env step, training seconds, evaluation return)."""
+    return f"{variant}/{seed}", {"variant": variant, "seed": seed,
+                                 "curve": [[s, t, t + 1.0, r] for s, t, r in points]}
+
+
+def test_times_medians_and_ratios(fs):
+    runs = dict([
+        run("fastsac", 0, [(0, 0, 0), (10, 100, 3100), (20, 200, 5200)]),
+        run("fastsac", 1, [(0, 0, 0), (10, 150, 2000), (20, 300, 3500)]),
+        run("fastsac", 2, [(0, 0, 0), (10, 120, 3000), (20, 400, 4000)]),  # never 5000: censored at 400 s
+        run("sb3", 0, [(0, 0, 0), (10, 600, 3200)]),
+        run("sb3", 1, [(0, 0, 0), (10, 450, 3300)]),
+        run("sb3", 2, [(0, 0, 0), (10, 900, 2900)]),  # never 3000: counts as 900 s, above the median
+    ])
+    s = fs.summarize(runs)
+    f3 = s["fastsac"]["to_3000"]
+    assert f3["train_s"] == [100, 300, 120] and f3["step"] == [10, 20, 10]
+    assert f3["median_s"] == 120 and not f3["censored"]
+    assert s["fastsac"]["final_return"] == [5200, 3500, 4000] and s["fastsac"]["final_return_median"] == 4000
+    # fastsac to 5000: 200 s, never (last at 300 s), never (400 s): the median is a never-reached seed's time
+    f5 = s["fastsac"]["to_5000"]
+    assert f5["train_s"] == [200, None, None] and f5["median_s"] == 300 and f5["censored"]
+    # SB3's censored seed lies above its median (450, 600, 900): the median stands
+    b3 = s["sb3"]["to_3000"]
+    assert b3["median_s"] == 600 and not b3["censored"]
+    assert s["speedup_vs_sb3_to_3000"] == {"ratio": 5.0, "lower_bound": False}
+    # no ratio where fastsac's own median is censored; no SAC entries without SAC runs
+    assert "speedup_vs_sb3_to_5000" not in s and "sac" not in s and "speedup_vs_sac_to_3000" not in s
+
+
+def test_a_censored_baseline_gives_a_lower_bound(fs):
+    runs = dict([
+        run("fastsac", 0, [(0, 0, 0), (10, 100, 3100)]),
+        run("sac", 0, [(0, 0, 0), (10, 500, 2500)]),  # stopped at its budget below 3000
+    ])
+    s = fs.summarize(runs)
+    assert s["sac"]["to_3000"]["censored"] and s["sac"]["to_3000"]["median_s"] == 500
+    assert s["speedup_vs_sac_to_3000"] == {"ratio": 5.0, "lower_bound": True}
+
+
+def test_per_variant_flags(fs):
+    assert fs.per_variant(["sb3=1200", "fastsac=600"], fs.BUDGET_S, float, "--budget-s") == {
+        **fs.BUDGET_S, "sb3": 1200.0, "fastsac": 600.0}
+    for bad in ("td3=10", "sb3"):
+        with pytest.raises(SystemExit, match="expected VARIANT=VALUE"):
+            fs.per_variant([bad], fs.BUDGET_S, float, "--budget-s")
