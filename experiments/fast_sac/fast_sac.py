@@ -178,10 +178,11 @@ def summarize(runs: dict) -> dict:
             # a seed that never reached the target counts as its last training time (its time is at least that)
             times = [h["train_s"] if h else (r["curve"][-1][1] if r["curve"] else 0.0) for h, r in zip(hits, rs)]
             med = statistics.median(times)
+            upper = sorted(times)[len(times) // 2]  # the median (odd count) or the upper of the two it averages
             row[f"to_{t:.0f}"] = {"train_s": [h["train_s"] if h else None for h in hits],
                                   "step": [h["step"] if h else None for h in hits], "median_s": med,
-                                  # a censored seed at or below the median makes the median a lower bound
-                                  "censored": any(h is None and x <= med for h, x in zip(hits, times))}
+                                  # a censored seed that enters the median makes it a lower bound
+                                  "censored": any(h is None and x <= upper for h, x in zip(hits, times))}
         finals = [f for f in row["final_return"] if f is not None]
         row["final_return_median"] = statistics.median(finals) if finals else None
         out[v] = row

@@ -54,6 +54,20 @@ def test_a_censored_baseline_gives_a_lower_bound(fs):
     assert s["speedup_vs_sac_to_3000"] == {"ratio": 5.0, "lower_bound": True}
 
 
+def test_an_even_count_median_with_a_censored_seed_is_a_lower_bound(fs):
+    """Two seeds: the median averages both, so a seed that never got there (its time at least its last) makes the
+    median a lower bound even when it is the slower one."""
+    runs = dict([
+        run("fastsac", 0, [(0, 0, 0), (10, 100, 3100)]),
+        run("fastsac", 1, [(0, 0, 0), (10, 100, 3100)]),
+        run("sac", 0, [(0, 0, 0), (10, 400, 3100)]),
+        run("sac", 1, [(0, 0, 0), (10, 600, 2500)]),  # never 3000
+    ])
+    s = fs.summarize(runs)
+    assert s["sac"]["to_3000"]["median_s"] == 500 and s["sac"]["to_3000"]["censored"]
+    assert s["speedup_vs_sac_to_3000"] == {"ratio": 5.0, "lower_bound": True}
+
+
 def test_per_variant_flags(fs):
     assert fs.per_variant(["sb3=1200", "fastsac=600"], fs.BUDGET_S, float, "--budget-s") == {
         **fs.BUDGET_S, "sb3": 1200.0, "fastsac": 600.0}
