@@ -13,6 +13,9 @@ This script reads those runs for every seed in ``--seeds`` and, for each run:
   of the policy they train; ``corr(Q, G)``: whether they rank states), cached beside the run per checkpoint step;
 - its evaluation returns.
 
+Each summary keeps every run's record in seeds.json; a later call takes a run's record from there when its directory
+is missing (``--carry``: a finished seed need not be rerun on a new machine), and says so in seeds.md.
+
 Aggregates with rliable (IQM and 95% stratified-bootstrap CIs over seeds) of the final Q / G and the final q_mean,
 and the probability that RAVL's Q / G is below MBPO's over seed pairs. Writes seeds.{json,md,png} in
 ``--out-dir`` (default: this folder).
@@ -58,19 +61,36 @@ def truth(run_dir: Path, ds, states: int, horizon: int, seed: int) -> dict | Non
     return got[key]
 
 
-def collect(runs_dir: Path, seeds: list[int], ds, scales: dict, states: int, horizon: int) -> dict:
-    """Every (algo, seed) run in ``runs_dir``: curves, first step above the bound, Q against the truth."""
+def carried(path: Path | None, states: int, horizon: int) -> dict[str, dict[str, dict]]:
+    """The per-run records of an earlier ``seeds.json`` measured with the same Q-against-truth settings: a run
+    whose directory is gone (a new machine) keeps its record instead of being rerun. Empty without the file."""
+    if path is None or not path.is_file():
+        return {}
+    p = json.loads(path.read_text())
+    if p.get("truth_settings") != {"states": states, "horizon": horizon}:
+        return {}
+    return {algo: {s: {**r, "carried_from": r.get("carried_from") or f"{path.name} of {p.get('date')}"}
+                   for s, r in rs.items()} for algo, rs in p.get("runs", {}).items()}
+
+
+def collect(runs_dir: Path, seeds: list[int], ds, scales: dict, states: int, horizon: int,
+            earlier: dict[str, dict[str, dict]] | None = None) -> dict:
+    """Every (algo, seed) run in ``runs_dir``: curves, first step above the bound, Q against the truth. A run
+    missing from ``runs_dir`` takes its record from ``earlier`` (``carried``) when that has one."""
     out: dict[str, dict[str, dict]] = {}
     for algo in ALGOS:
         for seed in seeds:
             d = runs_dir / f"{algo}-s{seed}"
             if not (d / "metrics.jsonl").is_file():
+                if (old := (earlier or {}).get(algo, {}).get(str(seed))) is not None:
+                    out.setdefault(algo, {})[str(seed)] = old
                 continue
             r = read_run(d)
             t = truth(d, ds, states, horizon, seed) if ds is not None else None
             out.setdefault(algo, {})[str(seed)] = {
-                "run_dir": str(d), "steps_done": r["steps_done"], "q": r["q"], "eval": r["eval"],
-                "updates_per_s_median": r["updates_per_s_median"], "wall_time_s": r["wall_time_s"],
+                "run_dir": str(d), "commit": runs_commit([d]), "steps_done": r["steps_done"], "q": r["q"],
+                "eval": r["eval"], "updates_per_s_median": r["updates_per_s_median"],
+                "wall_time_s": r["wall_time_s"],
                 "first_step_above_bound": first_above(r["q"], scales["q_bound"]),
                 "q_mean_last": r["q"][-1][1] if r["q"] else None,
                 "q_max_largest": max((x[2] for x in r["q"] if x[2] is not None), default=None),
@@ -152,6 +172,11 @@ def markdown(p: dict) -> str:
         row = [f"{a['iqm']:.3g} [{a['ci95'][0]:.3g}, {a['ci95'][1]:.3g}]" if (a := p["aggregate"][key].get(algo))
                else "—" for algo in p["runs"]]
         lines.append(f"| {name} | " + " | ".join(row) + " |")
+    kept = [f"{algo} seed {seed} ({r['carried_from']})" for algo, rs in p["runs"].items() for seed, r in rs.items()
+            if r.get("carried_from")]
+    if kept:
+        lines += ["", "Records kept from an earlier summary (their run directories were not on this machine): "
+                  + "; ".join(kept) + "."]
     lines += ["", "## Reading", "", p["reading"], "", "Plot: `seeds.png`.", ""]
     return "\n".join(lines)
 
@@ -207,6 +232,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--states", type=int, default=200, help="dataset states per Q-against-truth measurement")
     ap.add_argument("--horizon", type=int, default=500, help="simulator steps of each true-value rollout")
     ap.add_argument("--out-dir", type=Path, default=HERE)
+    ap.add_argument("--carry", type=Path, default=None,
+                    help="an earlier seeds.json whose records stand in for runs missing from --runs-dir (default: "
+                         "seeds.json in --out-dir; 'none' to use none)")
     a = ap.parse_args(argv)
     import torch
 
@@ -219,7 +247,9 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--dataset {a.dataset!r}: expected a generated dataset id such as hopper-medium-v5")
     ds = load_dataset(path)
     scales = value_scales(path, 0.99)
-    runs = collect(a.runs_dir.resolve(), a.seeds, ds, scales, a.states, a.horizon)
+    carry = None if str(a.carry) == "none" else (a.carry or a.out_dir / "seeds.json")
+    runs = collect(a.runs_dir.resolve(), a.seeds, ds, scales, a.states, a.horizon,
+                   carried(carry, a.states, a.horizon))
     if not runs:
         raise SystemExit(f"no edge_of_reach.py runs for seeds {a.seeds} in {a.runs_dir}")
     agg = aggregate(runs)
@@ -227,7 +257,9 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {"experiment": "edge-of-reach with the true dynamics, over seeds (issue 28, section 4)",
                "command": "python experiments/edge_of_reach/seeds.py " + " ".join(argv or sys.argv[1:]),
                "date": datetime.date.today().isoformat(),
-               "commits": runs_commit(r["run_dir"] for rs in runs.values() for r in rs.values()),
+               "commits": ", ".join(dict.fromkeys(
+                   c.strip() for rs in runs.values() for r in rs.values()
+                   for c in (r.get("commit") or runs_commit([r["run_dir"]])).split(","))),
                "dataset": a.dataset, "seeds": a.seeds, "budget": {"steps": steps, "paper_steps": PAPER_STEPS},
                "truth_settings": {"states": a.states, "horizon": a.horizon}, "value_scales": scales,
                "runs": runs, "aggregate": agg, "reading": reading(runs, agg, scales)}

@@ -59,3 +59,20 @@ def test_blow_up_steps_truth_ratios_reading_and_report(seeds, tmp_path, monkeypa
 
 def test_p_below_counts_ties_half(seeds):
     assert seeds.p_below([1.0, 2.0], [2.0, 3.0]) == pytest.approx((1 + 1 + 0.5 + 1) / 4)
+
+
+def test_records_of_an_earlier_summary_stand_in_for_missing_runs(seeds, tmp_path):
+    fake_run(tmp_path / "runs" / "mbpo-s0", [100, 300], [50])
+    fake_run(tmp_path / "runs" / "ravl-s0", [80, 120], [90])
+    first = seeds.collect(tmp_path / "runs", [0, 1], None, SCALES, 10, 20)
+    assert first["mbpo"]["0"]["commit"] == "abc1234"
+    earlier = tmp_path / "seeds.json"
+    earlier.write_text(json.dumps({"date": "2026-11-26", "truth_settings": {"states": 10, "horizon": 20},
+                                   "runs": first}))
+    (tmp_path / "runs" / "ravl-s0" / "metrics.jsonl").unlink()  # the machine lost this run
+    fake_run(tmp_path / "runs" / "ravl-s1", [70, 90], [80])
+    again = seeds.collect(tmp_path / "runs", [0, 1], None, SCALES, 10, 20, seeds.carried(earlier, 10, 20))
+    assert again["ravl"]["0"]["q_mean_last"] == 120 and again["ravl"]["0"]["carried_from"] == "seeds.json of 2026-11-26"
+    assert "carried_from" not in again["ravl"]["1"] and "carried_from" not in again["mbpo"]["0"]
+    assert seeds.carried(earlier, 200, 500) == {}  # other truth settings: nothing carried
+    assert seeds.carried(tmp_path / "missing.json", 10, 20) == {}
