@@ -37,6 +37,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -157,6 +158,20 @@ def sb3_worker(a: argparse.Namespace) -> None:
 
 # ----- summary -----
 
+def cpu_name(info: str | None = None) -> str:
+    """The CPU's model name and its widest vector extension, from ``info`` (default: /proc/cpuinfo); runs on other
+    CPUs compare only through their same-invocation ratios."""
+    if info is None:
+        try:
+            info = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor() or "unknown"
+    name = next((x.split(":", 1)[1].strip() for x in info.splitlines() if x.startswith("model name")), "unknown")
+    flags = next((x for x in info.splitlines() if x.startswith("flags")), "")
+    ext = "AMX" if " amx_tile" in flags else "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "-"
+    return f"{name} ({ext})"
+
+
 def first_reach(curve: list[list[float]], target: float) -> dict | None:
     hit = next((c for c in curve if c[3] >= target), None)
     return None if hit is None else {"step": hit[0], "train_s": hit[1]}
@@ -195,7 +210,37 @@ def summarize(runs: dict) -> dict:
                 if not f["censored"] and f["median_s"] > 0:
                     out[f"speedup_vs_{v}_to_{t:.0f}"] = {"ratio": round(o["median_s"] / f["median_s"], 2),
                                                          "lower_bound": o["censored"]}
+                per_seed = seed_ratios(runs, v, t)
+                if per_seed:
+                    out[f"speedup_vs_{v}_to_{t:.0f}"] = {**out.get(f"speedup_vs_{v}_to_{t:.0f}", {}),
+                                                         "per_seed": per_seed, **median_ratio(per_seed)}
     return out
+
+
+def seed_ratios(runs: dict, baseline: str, target: float) -> dict[str, dict]:
+    """Per seed that both ran: the baseline's time to ``target`` over fastsac's, from the same invocation (a ratio
+    that carries across machines and days where times do not). A baseline that never got there gives a lower bound
+    (its last training time); a fastsac that never got there gives no ratio."""
+    out = {}
+    for k, r in sorted(runs.items()):
+        v, seed = k.split("/")
+        o = runs.get(f"{baseline}/{seed}")
+        if v != "fastsac" or o is None or not r["curve"] or not o["curve"]:
+            continue
+        f, b = first_reach(r["curve"], target), first_reach(o["curve"], target)
+        if f is None or f["train_s"] <= 0:
+            continue
+        b_s = b["train_s"] if b else o["curve"][-1][1]
+        out[seed] = {"ratio": round(b_s / f["train_s"], 2), "lower_bound": b is None}
+    return out
+
+
+def median_ratio(per_seed: dict[str, dict]) -> dict:
+    """The median of the per-seed ratios, a lower bound when a censored ratio is at or below the upper median."""
+    xs = sorted(per_seed.values(), key=lambda x: x["ratio"])
+    upper = xs[len(xs) // 2]["ratio"]
+    return {"median_of_seed_ratios": round(statistics.median(x["ratio"] for x in xs), 2),
+            "median_of_seed_ratios_lower_bound": any(x["lower_bound"] and x["ratio"] <= upper for x in xs)}
 
 
 def plot(runs: dict, path: Path) -> None:
@@ -272,6 +317,7 @@ def main() -> None:
                 else:
                     res = ctrl_rl_run(v, seed, steps[v], budget_s[v], a, tmp)
                 runs[key] = {"variant": v, "seed": seed, "setting": setting, "load_avg_1min": round(load, 2),
+                             "cpu": cpu_name(),
                              "started": datetime.datetime.fromtimestamp(t0, datetime.timezone.utc).isoformat(
                                  timespec="seconds"), "commit": git_commit(), **res}
                 hits = {f"to_{t:.0f}": first_reach(res["curve"], t) for t in TARGETS}

@@ -39,9 +39,16 @@ def test_times_medians_and_ratios(fs):
     # SB3's censored seed lies above its median (450, 600, 900): the median stands
     b3 = s["sb3"]["to_3000"]
     assert b3["median_s"] == 600 and not b3["censored"]
-    assert s["speedup_vs_sb3_to_3000"] == {"ratio": 5.0, "lower_bound": False}
-    # no ratio where fastsac's own median is censored; no SAC entries without SAC runs
-    assert "speedup_vs_sb3_to_5000" not in s and "sac" not in s and "speedup_vs_sac_to_3000" not in s
+    r3 = s["speedup_vs_sb3_to_3000"]
+    assert (r3["ratio"], r3["lower_bound"]) == (5.0, False)
+    # the same-invocation ratio of each seed: 600/100, 450/300, and 900/120 as a lower bound (SB3 never got there)
+    assert r3["per_seed"] == {"0": {"ratio": 6.0, "lower_bound": False}, "1": {"ratio": 1.5, "lower_bound": False},
+                              "2": {"ratio": 7.5, "lower_bound": True}}
+    assert r3["median_of_seed_ratios"] == 6.0 and not r3["median_of_seed_ratios_lower_bound"]
+    # no ratio of medians where fastsac's own median is censored, but the seed that got there has its own ratio;
+    # no SAC entries without SAC runs
+    assert "ratio" not in s["speedup_vs_sb3_to_5000"] and set(s["speedup_vs_sb3_to_5000"]["per_seed"]) == {"0"}
+    assert "sac" not in s and "speedup_vs_sac_to_3000" not in s
 
 
 def test_a_censored_baseline_gives_a_lower_bound(fs):
@@ -51,7 +58,8 @@ def test_a_censored_baseline_gives_a_lower_bound(fs):
     ])
     s = fs.summarize(runs)
     assert s["sac"]["to_3000"]["censored"] and s["sac"]["to_3000"]["median_s"] == 500
-    assert s["speedup_vs_sac_to_3000"] == {"ratio": 5.0, "lower_bound": True}
+    r = s["speedup_vs_sac_to_3000"]
+    assert (r["ratio"], r["lower_bound"]) == (5.0, True) and r["median_of_seed_ratios_lower_bound"]
 
 
 def test_an_even_count_median_with_a_censored_seed_is_a_lower_bound(fs):
@@ -65,7 +73,20 @@ def test_an_even_count_median_with_a_censored_seed_is_a_lower_bound(fs):
     ])
     s = fs.summarize(runs)
     assert s["sac"]["to_3000"]["median_s"] == 500 and s["sac"]["to_3000"]["censored"]
-    assert s["speedup_vs_sac_to_3000"] == {"ratio": 5.0, "lower_bound": True}
+    r = s["speedup_vs_sac_to_3000"]
+    assert (r["ratio"], r["lower_bound"]) == (5.0, True)
+    # per seed 4.0 and >= 6.0: their mean is the median, a lower bound
+    assert r["median_of_seed_ratios"] == 5.0 and r["median_of_seed_ratios_lower_bound"]
+
+
+def test_cpu_name_names_the_widest_vector_extension(fs):
+    def info(flags: str) -> str:
+        return f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 {flags} ht\n"
+
+    assert fs.cpu_name(info("avx2 fma")) == "Some CPU (AVX2)"
+    assert fs.cpu_name(info("avx2 avx512f avx512bw")) == "Some CPU (AVX-512)"
+    assert fs.cpu_name(info("avx2 avx512f amx_bf16 amx_tile")) == "Some CPU (AMX)"
+    assert fs.cpu_name("flags: sse2\n") == "unknown (-)"
 
 
 def test_per_variant_flags(fs):
