@@ -1,4 +1,4 @@
-"""Which code a run ran: the package version and, in a git checkout, the commit (``+dirty`` when tracked files
+"""Which code a run ran: the package version and, in a git checkout, the commit (``+dirty`` when tracked code files
 differ from it). ``config.json`` records it, so a result can be traced to the code that produced it."""
 
 from __future__ import annotations
@@ -10,10 +10,20 @@ from pathlib import Path
 
 from ctrl_rl import __version__
 
+RESULT_SUFFIXES = (".json", ".md", ".png", ".csv", ".txt")
+
+
+def is_result_file(path: str) -> bool:
+    """A study's or benchmark's result file (``experiments/<study>/`` JSON, Markdown, PNG, CSV or text; presets and
+    scripts are code): a benchmark that continues from its own results file rewrites it while it runs, which does
+    not change the code a run ran."""
+    return (path.startswith("experiments/") and not path.startswith("experiments/presets/")
+            and path.endswith(RESULT_SUFFIXES))
+
 
 def git_commit(root: str | Path, digits: int = 12) -> str | None:
-    """The short commit of the git checkout at ``root``, ``+dirty`` when tracked files differ from it; None when
-    ``root`` is not a git checkout or git is missing."""
+    """The short commit of the git checkout at ``root``, ``+dirty`` when tracked files other than result files
+    (``is_result_file``) differ from it; None when ``root`` is not a git checkout or git is missing."""
     if not (Path(root) / ".git").exists():
         return None
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # `git status` must not take the index lock of a busy checkout
@@ -26,7 +36,8 @@ def git_commit(root: str | Path, digits: int = 12) -> str | None:
                                capture_output=True, text=True, timeout=30, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
-    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    changed = [line[3:].split(" -> ")[-1].strip('"') for line in dirty.stdout.splitlines() if line.strip()]
+    return sha.stdout.strip() + ("+dirty" if any(not is_result_file(f) for f in changed) else "")
 
 
 @functools.lru_cache(maxsize=1)
