@@ -71,16 +71,30 @@ def per_variant(values: list[str] | None, defaults: dict, cast, flag: str) -> di
 
 # ----- one run each -----
 
+def ctrl_rl_command(variant: str, seed: int, steps: int, a: argparse.Namespace, run_dir: Path) -> tuple[list, bool]:
+    """The ``python -m ctrl_rl train sac`` command of a run, and whether it resumes one. Without ``--work-dir`` a run
+    writes no checkpoint; with it, a checkpoint (replay included) every ``--checkpoint-every`` env steps, and a run
+    directory that holds one is continued (``--resume``) instead of started again."""
+    base = [sys.executable, "-m", "ctrl_rl", "train", "sac"]
+    if a.work_dir is not None and (run_dir / "checkpoints" / "latest.pt").is_file():
+        return [*base, "--resume", str(run_dir), "--total-steps", str(steps), "--no-progress"], True
+    keep = ["--checkpoint-every", str(a.checkpoint_every), "--save-replay"] if a.work_dir is not None else \
+        ["--checkpoint-every", str(10**9)]
+    return [*base, *CTRL_RL_ARGS[variant], "--seed", str(seed), "--total-steps", str(steps), "--eval-every",
+            str(a.eval_every), "--eval-episodes", str(a.eval_episodes), "--run-dir", str(run_dir), "--no-progress",
+            *keep], False
+
+
 def ctrl_rl_run(variant: str, seed: int, steps: int, budget_s: float, a: argparse.Namespace, tmp: Path) -> dict:
     """``python -m ctrl_rl train sac ...`` in a fresh process, stopped at ``budget_s`` training seconds (read from its
-    metrics.jsonl every few seconds); returns its evaluation curve."""
-    run_dir = tmp / f"{variant}-s{seed}"
-    cmd = [sys.executable, "-m", "ctrl_rl", "train", "sac", *CTRL_RL_ARGS[variant], "--seed", str(seed),
-           "--total-steps", str(steps), "--eval-every", str(a.eval_every), "--eval-episodes", str(a.eval_episodes),
-           "--run-dir", str(run_dir), "--no-progress", "--checkpoint-every", str(10**9)]
+    metrics.jsonl every few seconds); returns its evaluation curve. With ``--work-dir`` the run directory persists
+    and an interrupted run continues from its last checkpoint."""
+    run_dir = (a.work_dir / a.name if a.work_dir is not None else tmp) / f"{variant}-s{seed}"
+    cmd, resumed = ctrl_rl_command(variant, seed, steps, a, run_dir)
     metrics = run_dir / "metrics.jsonl"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with open(tmp / f"{variant}-s{seed}.log", "w") as log:
+    with open(run_dir.parent / f"{variant}-s{seed}.log", "a" if resumed else "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         stopped = False
         while proc.poll() is None:
@@ -96,7 +110,7 @@ def ctrl_rl_run(variant: str, seed: int, steps: int, budget_s: float, a: argpars
     process_s = time.perf_counter() - t0
     if proc.returncode != 0 and not stopped:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                           f"{(tmp / f'{variant}-s{seed}.log').read_text()[-3000:]}")
+                           f"{(run_dir.parent / f'{variant}-s{seed}.log').read_text()[-3000:]}")
     rows = read_rows(metrics)
     curve, spent = [], 0.0
     for r in rows:
@@ -104,8 +118,11 @@ def ctrl_rl_run(variant: str, seed: int, steps: int, budget_s: float, a: argpars
             curve.append([r["step"], round(r["wall_time"] - spent, 3), r["wall_time"], r["eval_return"]])
             spent += r.get("eval_s", 0.0)
     last = rows[-1] if rows else {}
-    return {"curve": curve, "steps_run": last.get("step", 0), "eval_s": round(spent, 3), "stopped_at_budget": stopped,
-            "process_s": round(process_s, 1), "startup_s": round(process_s - last.get("wall_time", 0.0), 1)}
+    out = {"curve": curve, "steps_run": last.get("step", 0), "eval_s": round(spent, 3), "stopped_at_budget": stopped,
+           "process_s": round(process_s, 1), "startup_s": round(process_s - last.get("wall_time", 0.0), 1)}
+    if a.work_dir is not None:
+        out.update(run_dir=str(run_dir), resumed=resumed)  # True: this invocation continued an interrupted run
+    return out
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -285,6 +302,11 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=10)
     ap.add_argument("--name", default="fast_sac", help="results file stem (JSON and PNG beside this script)")
     ap.add_argument("--fresh", action="store_true", help="ignore the runs already in the results file")
+    ap.add_argument("--work-dir", type=Path, default=None,
+                    help="keep ctrl_rl's run directories here (under --name), with a checkpoint and the replay every "
+                         "--checkpoint-every env steps, and continue an interrupted run from it (default: a temporary "
+                         "directory, no checkpoints: nothing slows the timed runs)")
+    ap.add_argument("--checkpoint-every", type=int, default=100_000, help="env steps between checkpoints (--work-dir)")
     ap.add_argument("--sb3-threads", type=int, default=0,
                     help="torch threads of the SB3 runs (0: torch's default, as a user runs SB3; 1 on a shared "
                          "machine, where two threads that wait on each other slow SB3 down many times)")

@@ -95,3 +95,21 @@ def test_per_variant_flags(fs):
     for bad in ("td3=10", "sb3"):
         with pytest.raises(SystemExit, match="expected VARIANT=VALUE"):
             fs.per_variant([bad], fs.BUDGET_S, float, "--budget-s")
+
+
+def test_run_commands_with_and_without_a_work_dir(fs, tmp_path):
+    import argparse
+
+    a = argparse.Namespace(work_dir=None, checkpoint_every=100_000, eval_every=10_000, eval_episodes=10)
+    cmd, resumed = fs.ctrl_rl_command("fastsac", 2, 1_000_000, a, tmp_path / "fastsac-s2")
+    assert not resumed and cmd[cmd.index("--checkpoint-every") + 1] == str(10**9) and "--save-replay" not in cmd
+    assert cmd[cmd.index("--seed") + 1] == "2" and "--preset" in cmd
+    a.work_dir = tmp_path
+    run_dir = tmp_path / "fast_sac_1m" / "fastsac-s2"
+    cmd, resumed = fs.ctrl_rl_command("fastsac", 2, 1_000_000, a, run_dir)
+    assert not resumed and cmd[cmd.index("--checkpoint-every") + 1] == "100000" and "--save-replay" in cmd
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest.pt").write_bytes(b"x")  # an interrupted run: continued, not restarted
+    cmd, resumed = fs.ctrl_rl_command("fastsac", 2, 1_000_000, a, run_dir)
+    assert resumed and cmd[cmd.index("--resume") + 1] == str(run_dir) and "--seed" not in cmd
+    assert cmd[cmd.index("--total-steps") + 1] == "1000000"
