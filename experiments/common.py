@@ -117,6 +117,23 @@ def improvement_ci(pairs: dict[str, tuple[list[list[float]], list[list[float]]]]
     return {k: {"p": float(point[k][0]), "ci95": [float(ci[k][0, 0]), float(ci[k][1, 0])]} for k in arrays}
 
 
+def iqm_seeds(values: list[float], ci=None) -> dict:
+    """One method's IQM over seeds with its 95% CI (``ci``: ``iqm_ci`` unless a caller passes its own); one seed is
+    the value itself, no bootstrap."""
+    if len(values) == 1:
+        return {"iqm": values[0], "ci95": [values[0], values[0]], "seeds": 1}
+    return (ci or iqm_ci)({"x": values})["x"]
+
+
+def improvement_seeds(x: list[float], y: list[float], ci=None) -> dict:
+    """P(X > Y) over seeds with its 95% CI (``ci``: ``improvement_ci`` unless a caller passes its own); one seed each
+    is the comparison itself."""
+    if len(x) == 1 and len(y) == 1:
+        p = 1.0 if x[0] > y[0] else 0.5 if x[0] == y[0] else 0.0
+        return {"p": p, "ci95": [p, p]}
+    return (ci or improvement_ci)({"x>y": ([[v] for v in x], [[v] for v in y])})["x>y"]
+
+
 def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:
     """`ctrl-rl data info PATH --env ENV --refs REFS` (episodes, return_mean, normalized_score, ...), or None when
     it fails."""

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, git_commit, improvement_ci, iqm_ci, write_result  # noqa: E402
+from common import ROOT, git_commit, improvement_ci, improvement_seeds, iqm_ci, iqm_seeds, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent
 FLOWS = ("flow-g", "flow-t")
@@ -86,21 +86,6 @@ def auc(steps: list[int], returns: list[float], budget: int) -> float | None:
     return area / budget
 
 
-def iqm(values: list[float]) -> dict:
-    """rliable's IQM over seeds with its 95% stratified-bootstrap CI (one seed: the value itself, no bootstrap)."""
-    if len(values) == 1:
-        return {"iqm": values[0], "ci95": [values[0], values[0]], "seeds": 1}
-    return iqm_ci({"x": values})["x"]
-
-
-def improvement(x: list[float], y: list[float]) -> dict:
-    """rliable's P(X > Y) over seeds with its 95% stratified-bootstrap CI (one seed each: the comparison itself)."""
-    if len(x) == 1 and len(y) == 1:
-        p = 1.0 if x[0] > y[0] else 0.5 if x[0] == y[0] else 0.0
-        return {"p": p, "ci95": [p, p]}
-    return improvement_ci({"x>y": ([[v] for v in x], [[v] for v in y])})["x>y"]
-
-
 def verdict_of(poi: dict | None, seeds: int, min_seeds: int = MIN_SEEDS) -> str:
     """held / not held / not separated from P(F > G)'s CI; not answerable before ``min_seeds`` seed pairs."""
     if poi is None or seeds < min_seeds:
@@ -119,7 +104,7 @@ def comparisons(runs: dict[str, dict[int, dict]], measure: str) -> dict[str, dic
                            and runs[f][s][measure] is not None and runs[g][s][measure] is not None)
             if seeds:
                 x, y = [runs[f][s][measure] for s in seeds], [runs[g][s][measure] for s in seeds]
-                out[f"{f}>{g}"] = {**improvement(x, y), "seeds": seeds}
+                out[f"{f}>{g}"] = {**improvement_seeds(x, y, improvement_ci), "seeds": seeds}
     return out
 
 
@@ -186,8 +171,8 @@ def summarize(runs_dir: Path, out_dir: Path = RESULTS, name: str = "sac_flow_stu
     for v, rs in runs.items():
         done = [r for r in rs.values() if r["complete"]]
         if done:
-            aggregate[v] = {"final_return": iqm([r["final_return"] for r in done]),
-                            "auc": iqm([r["auc"] for r in done]), "complete_seeds": len(done)}
+            aggregate[v] = {"final_return": iqm_seeds([r["final_return"] for r in done], iqm_ci),
+                            "auc": iqm_seeds([r["auc"] for r in done], iqm_ci), "complete_seeds": len(done)}
     commits = sorted({c for rs in runs.values() for r in rs.values() for c in (r["commit"], r["resumed_commit"]) if c})
     payload = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "summarized_at": git_commit(),
                "study": study, "paper": PAPER, "run_commits": commits,

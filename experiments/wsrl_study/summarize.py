@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, git_commit, improvement_ci, iqm_ci, write_result  # noqa: E402
+from common import ROOT, git_commit, improvement_ci, improvement_seeds, iqm_ci, iqm_seeds, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent
 METHODS = ("cql", "wsrl", "rlpd", "retained")
@@ -95,21 +95,6 @@ def read_run(d: Path, method: str, budget: int, score) -> dict | None:
             "dataset": run.get("dataset"), "offline_ratio": loop.get("offline_ratio"), "init": loop.get("init"),
             "replay_excess": max((size - step for step, size in replay), default=None),
             "commit": (code.get("started") or {}).get("git"), "resumed_commit": (code.get("resumed") or {}).get("git")}
-
-
-def iqm(values: list[float]) -> dict:
-    """rliable's IQM over seeds with its 95% stratified-bootstrap CI (one seed: the value itself, no bootstrap)."""
-    if len(values) == 1:
-        return {"iqm": values[0], "ci95": [values[0], values[0]], "seeds": 1}
-    return iqm_ci({"x": values})["x"]
-
-
-def improvement(x: list[float], y: list[float]) -> dict:
-    """rliable's P(X > Y) over seeds with its 95% stratified-bootstrap CI (one seed each: the comparison itself)."""
-    if len(x) == 1 and len(y) == 1:
-        p = 1.0 if x[0] > y[0] else 0.5 if x[0] == y[0] else 0.0
-        return {"p": p, "ci95": [p, p]}
-    return improvement_ci({"x>y": ([[v] for v in x], [[v] for v in y])})["x>y"]
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -178,8 +163,8 @@ def check_claims(runs: dict[str, dict[int, dict]], noise_se: dict[int, float | N
         c3.update(verdict="not answerable", detail="no seed with complete WSRL and RLPD runs")
     else:
         w, r = [p["wsrl"] for p in means.values()], [p["rlpd"] for p in means.values()]
-        agg = {"wsrl": iqm(w), "rlpd": iqm(r)}
-        poi = improvement(w, r)
+        agg = {"wsrl": iqm_seeds(w, iqm_ci), "rlpd": iqm_seeds(r, iqm_ci)}
+        poi = improvement_seeds(w, r, improvement_ci)
         lo, hi = poi["ci95"]
         verdict = ("not answerable" if len(means) < min_seeds else
                    "held" if lo > 0.5 else "not held" if hi < 0.5 else "not separated")
@@ -216,7 +201,7 @@ def aggregates(runs: dict[str, dict[int, dict]]) -> dict:
         if m in ONLINE:
             vals["step0"] = [r["scores"][0] for r in done if r["steps"][0] == 0]
             vals["mean_over_run"] = [v for r in done if (v := mean_over_run(r["steps"], r["scores"])) is not None]
-        out[m] = {k: iqm(v) for k, v in vals.items() if v}
+        out[m] = {k: iqm_seeds(v, iqm_ci) for k, v in vals.items() if v}
     return out
 
 
@@ -227,7 +212,7 @@ def curve_bands(rs: dict[int, dict]) -> dict:
         for t, y in zip(r["steps"], r["scores"] or []):
             at.setdefault(t, []).append(y)
     steps = sorted(at)
-    band = [iqm(at[t]) for t in steps]
+    band = [iqm_seeds(at[t], iqm_ci) for t in steps]
     return {"steps": steps, "iqm": [b["iqm"] for b in band], "lo": [b["ci95"][0] for b in band],
             "hi": [b["ci95"][1] for b in band], "seeds": [len(at[t]) for t in steps]}
 

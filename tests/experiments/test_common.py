@@ -1,5 +1,6 @@
 """experiments/common.py: `runs_commit` (the commits result files name come from the runs themselves) and the rliable
-aggregates (`iqm_ci` over seeds or seeds x tasks, `improvement_ci`)."""
+aggregates (`iqm_ci` over seeds or seeds x tasks, `improvement_ci`, and their one-method forms `iqm_seeds`,
+`improvement_seeds`)."""
 
 import json
 
@@ -59,3 +60,24 @@ def test_matmul_calls_and_their_flops_match_flop_counter_on_a_small_update():
         calls = common.matmul_calls(step)
         assert {c[0] for c in calls} >= {"aten::addmm", "aten::bmm"}
         assert common.call_flops(calls) == common.matmul_flops(step) > 0
+
+
+def test_one_method_over_seeds_iqm_and_improvement_with_a_given_aggregator():
+    with experiment_script("experiments/common.py", "bench_common") as common:
+        assert common.iqm_seeds([7.0]) == {"iqm": 7.0, "ci95": [7.0, 7.0], "seeds": 1}  # one seed: no bootstrap
+        assert common.improvement_seeds([2.0], [1.0]) == {"p": 1.0, "ci95": [1.0, 1.0]}
+        assert common.improvement_seeds([1.0], [1.0])["p"] == 0.5
+        seen = {}
+
+        def mean_ci(values):
+            seen.update(values)
+            x = values["x"]
+            return {"x": {"iqm": sum(x) / len(x), "ci95": [min(x), max(x)]}}
+
+        def pairs_ci(pairs):
+            (xs, ys), = pairs.values()
+            wins = sum((a[0] > b[0]) + 0.5 * (a[0] == b[0]) for a in xs for b in ys)
+            return {"x>y": {"p": wins / (len(xs) * len(ys)), "ci95": [0.0, 1.0]}}
+
+        assert common.iqm_seeds([1.0, 3.0], mean_ci) == {"iqm": 2.0, "ci95": [1.0, 3.0]} and seen == {"x": [1.0, 3.0]}
+        assert common.improvement_seeds([2.0, 4.0], [1.0, 3.0], pairs_ci)["p"] == 0.75
