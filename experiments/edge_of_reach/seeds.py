@@ -62,15 +62,16 @@ def truth(run_dir: Path, ds, states: int, horizon: int, seed: int) -> dict | Non
 
 
 def carried(path: Path | None, states: int, horizon: int) -> dict[str, dict[str, dict]]:
-    """The per-run records of an earlier ``seeds.json`` measured with the same Q-against-truth settings: a run
-    whose directory is gone (a new machine) keeps its record instead of being rerun. Empty without the file."""
+    """The per-run records of an earlier ``seeds.json`` measured with the same Q-against-truth settings, of runs
+    that had finished: a run whose directory is gone (a new machine) keeps its record instead of being rerun (an
+    unfinished one is rerun). Empty without the file."""
     if path is None or not path.is_file():
         return {}
     p = json.loads(path.read_text())
     if p.get("truth_settings") != {"states": states, "horizon": horizon}:
         return {}
     return {algo: {s: {**r, "carried_from": r.get("carried_from") or f"{path.name} of {p.get('date')}"}
-                   for s, r in rs.items()} for algo, rs in p.get("runs", {}).items()}
+                   for s, r in rs.items() if r.get("finished")} for algo, rs in p.get("runs", {}).items()}
 
 
 def collect(runs_dir: Path, seeds: list[int], ds, scales: dict, states: int, horizon: int,
@@ -88,7 +89,9 @@ def collect(runs_dir: Path, seeds: list[int], ds, scales: dict, states: int, hor
             r = read_run(d)
             t = truth(d, ds, states, horizon, seed) if ds is not None else None
             out.setdefault(algo, {})[str(seed)] = {
-                "run_dir": str(d), "commit": runs_commit([d]), "steps_done": r["steps_done"], "q": r["q"],
+                "run_dir": str(d), "commit": runs_commit([d]), "steps_done": r["steps_done"],
+                "finished": r["steps_done"] >= ((r["config"].get("run") or {}).get("total_steps") or float("inf")),
+                "q": r["q"],
                 "eval": r["eval"], "updates_per_s_median": r["updates_per_s_median"],
                 "wall_time_s": r["wall_time_s"],
                 "first_step_above_bound": first_above(r["q"], scales["q_bound"]),

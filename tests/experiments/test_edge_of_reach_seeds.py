@@ -18,9 +18,10 @@ def seeds():
         yield mod
 
 
-def fake_run(d: Path, q: list[float], returns: list[float]) -> None:
+def fake_run(d: Path, q: list[float], returns: list[float], total_steps: int | None = None) -> None:
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"code": {"started": {"git": "abc1234"}}}))
+    (d / "config.json").write_text(json.dumps({"code": {"started": {"git": "abc1234"}},
+                                               "run": {"total_steps": total_steps or 500 * len(q)}}))
     rows = [{"step": 500 * (i + 1), "stats/q_mean": v, "stats/q_max": 1.5 * v, "updates_per_s": 10.0}
             for i, v in enumerate(q)]
     for i, r in enumerate(returns):
@@ -64,15 +65,19 @@ def test_p_below_counts_ties_half(seeds):
 def test_records_of_an_earlier_summary_stand_in_for_missing_runs(seeds, tmp_path):
     fake_run(tmp_path / "runs" / "mbpo-s0", [100, 300], [50])
     fake_run(tmp_path / "runs" / "ravl-s0", [80, 120], [90])
+    fake_run(tmp_path / "runs" / "mbpo-s1", [100], [40], total_steps=5000)  # still running
     first = seeds.collect(tmp_path / "runs", [0, 1], None, SCALES, 10, 20)
-    assert first["mbpo"]["0"]["commit"] == "abc1234"
+    assert first["mbpo"]["0"]["commit"] == "abc1234" and first["mbpo"]["0"]["finished"]
+    assert not first["mbpo"]["1"]["finished"]
     earlier = tmp_path / "seeds.json"
     earlier.write_text(json.dumps({"date": "2026-11-26", "truth_settings": {"states": 10, "horizon": 20},
                                    "runs": first}))
-    (tmp_path / "runs" / "ravl-s0" / "metrics.jsonl").unlink()  # the machine lost this run
+    for lost in ("ravl-s0", "mbpo-s1"):  # the machine lost these runs
+        (tmp_path / "runs" / lost / "metrics.jsonl").unlink()
     fake_run(tmp_path / "runs" / "ravl-s1", [70, 90], [80])
     again = seeds.collect(tmp_path / "runs", [0, 1], None, SCALES, 10, 20, seeds.carried(earlier, 10, 20))
     assert again["ravl"]["0"]["q_mean_last"] == 120 and again["ravl"]["0"]["carried_from"] == "seeds.json of 2026-11-26"
     assert "carried_from" not in again["ravl"]["1"] and "carried_from" not in again["mbpo"]["0"]
+    assert "1" not in again["mbpo"]  # an unfinished run is not carried: it runs again
     assert seeds.carried(earlier, 200, 500) == {}  # other truth settings: nothing carried
     assert seeds.carried(tmp_path / "missing.json", 10, 20) == {}
