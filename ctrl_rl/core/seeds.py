@@ -11,14 +11,16 @@ step every member's own (:class:`Each`), so Adam's arithmetic is the member's, t
 ``update`` runs unchanged on that instance as long as it is written with dimensions counted from the end (a leading
 ``[S]`` on every batch tensor; losses reduced per seed with ``mean(-1)`` and summed before ``backward``).
 
-Why per-slice identity holds (measured on CPU, torch 2.13, one thread; ``tests/core/test_seeds.py`` checks it):
-``baddbmm`` over a batch of S >= 2 gives each slice the bits of ``addmm`` on that slice for every output width but 1;
+Why per-slice identity holds (measured on CPU, torch 2.13, one thread, on an Intel AVX-512 and an AMD AVX2 CPU;
+``tests/core/test_seeds.py`` checks it): ``baddbmm`` over a batch of S >= 2 gives each slice the bits of ``addmm`` on
+that slice for every output width but 1, and the backward runs the products ``nn.Linear``'s does, in its
+orientation (:class:`_SeedAffine`: autograd's own ``x^T @ g`` for the weight rounds unlike ``g^T @ x`` on AVX2);
 at width 1 ``addmm`` (and a batch of 1) takes a matrix-vector path whose sums round differently, so a width-1 layer
 of a plain network runs as S ``F.linear`` calls (an ensemble of E >= 2 members already takes the batched path alone
 and stacks to S*E). The per-seed reductions give the same bits, and so do element-wise kernels where each seed's
 slice is a whole number of the kernel's vector blocks: a vectorized function (softplus, sigmoid) rounds the scalar
 tail of a tensor differently from its vectorized body, and the tail of ``[S,B,A]`` is the last seed's while alone
-every seed has its own (32 floats with AVX512: a batch of 256, or any multiple of 32 rows, always is whole).
+every seed has its own (up to 32 floats with AVX-512: a batch of 256, or any multiple of 32 rows, always is whole).
 For the same reason a fused optimizer over one stacked tensor would not: its vectorized loop and its scalar tail
 meet at other elements than in a member's own tensor, hence one optimizer per member. Other thread counts split the
 work differently: bit-identity with the alone run holds at the same fixed ``--threads``.
@@ -45,8 +47,28 @@ from ctrl_rl.core.optim import adam_step
 A = TypeVar("A")
 
 
-def _contiguous(grad: torch.Tensor) -> torch.Tensor:
-    return grad.contiguous()
+class _SeedAffine(torch.autograd.Function):
+    """``[S,B,in] @ [S,out,in]^T + [S,out]`` with each slice's gradients computed as ``nn.Linear``'s are alone.
+
+    Autograd of ``baddbmm(b, x, w^T)`` would form the weight gradient as ``x^T @ g`` (``[in,out]``), while
+    ``addmm``'s backward forms ``g^T @ x`` (``[out,in]``): the same sums, but a BLAS kernel may split them differently
+    by orientation (equal bits on an AVX-512 CPU, not on an AVX2 one for 4- or 5-wide layers). So the backward
+    here is the one ``nn.Linear`` runs, batched: ``g^T @ x`` for the weight, ``g @ w`` for the input, ``g``
+    summed over the batch for the bias; the weight gradient comes out in the weight's own layout."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))  # [S,B,out]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (g,) = grads  # [S,B,out]
+        x, w = ctx.saved_tensors
+        gx = torch.bmm(g, w) if ctx.needs_input_grad[0] else None  # [S,B,in]
+        gw = torch.bmm(g.transpose(1, 2), x) if ctx.needs_input_grad[1] else None  # [S,out,in]
+        gb = g.sum(1) if ctx.needs_input_grad[2] else None  # [S,out]
+        return gx, gw, gb
 
 
 class SeedLinear(nn.Module):
@@ -60,13 +82,8 @@ class SeedLinear(nn.Module):
         if self.members[0].out_features == 1:  # addmm's matrix-vector path: one call per seed, as alone
             return torch.stack([F.linear(x[k], m.weight, m.bias) for k, m in enumerate(self.members)])  # [S,B,1]
         w = torch.stack([m.weight for m in self.members])  # [S,out,in]
-        if w.requires_grad:
-            # bmm's gradient of w^T comes back transposed ([out,in] slices of stride (1, out)), where addmm's is laid
-            # out as the weight: a copy in the weight's layout, as .backward() would store it anyway; a fused optimizer
-            # handed the strided one directly (SAC.actor_step's p.grad = g) reads it in memory order (torch 2.13)
-            w.register_hook(_contiguous)  # pyright: ignore[reportUnknownMemberType]  (torch stub gap: the hook type)
-        b = torch.stack([m.bias for m in self.members]).unsqueeze(1)  # [S,1,out]
-        return torch.baddbmm(b, x, w.transpose(1, 2))  # [S,B,out]
+        b = torch.stack([m.bias for m in self.members])  # [S,out]
+        return cast(torch.Tensor, _SeedAffine.apply(x, w, b))  # [S,B,out]  # pyright: ignore[reportUnknownMemberType]
 
 
 class SeedEnsembleLinear(nn.Module):
