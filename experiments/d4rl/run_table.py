@@ -18,9 +18,9 @@ command is printed and appended to <runs-dir>/commands.txt:
       dynamics-neubay  the same with NeuBay's model flags (128 LayerNorm members, 100 elites; the `neubay`
                        registry entry's model_defaults), shared by every neubay seed; --neubay-model shared
                        gives neubay the `dynamics` fit instead
-      mopo      ctrl-rl train mopo --preset mopo-<task>-<level> (rollout length and penalty of the official
-                code, experiments/presets; MOPO's defaults where no preset exists)
-      ravl, neubay  ctrl-rl train ravl|neubay with their registry defaults
+      mopo, ravl, neubay  ctrl-rl train <algo> --preset <algo>-<task>-<level> where experiments/presets has one
+                (MOPO: the official code's rollout length and penalty; NeuBay: the paper's per-dataset real-row
+                weight, encoder learning rate and temperature), else the registry defaults
 
 Pass the extra flags as --cql-args="--flag value" (with "="; argparse takes a lone "--flag" for an option of its own);
 likewise --mopo-args=, --ravl-args=, --neubay-args= and --dynamics-args= (both dynamics fits; --dynamics-epochs caps
@@ -247,9 +247,10 @@ def make_jobs(g: dict, runs: Path) -> list[Job]:
     return first + fits + rest + after + agents
 
 
-def mopo_preset(ds: str) -> Path | None:
-    """experiments/presets/mopo-<task>-<level>.json (the official code's rollout length and penalty), if any."""
-    p = PRESETS / f"mopo-{'-'.join(split_id(ds))}.json"
+def method_preset(method: str, ds: str) -> Path | None:
+    """experiments/presets/<method>-<task>-<level>.json (a paper's or official code's per-dataset settings), if
+    any."""
+    p = PRESETS / f"{method}-{'-'.join(split_id(ds))}.json"
     return p if p.is_file() else None
 
 
@@ -296,7 +297,7 @@ def command(job: Job, g: dict, datasets: dict[str, str]) -> list[str]:
     if job.method == "cql":
         return [*py, "--dataset", data, *common, *shlex.split(g["cql_args"])]
     if job.method in MODEL_BASED:
-        preset = mopo_preset(job.dataset) if job.method == "mopo" else None
+        preset = method_preset(job.method, job.dataset)
         return [*py, *(["--preset", str(preset)] if preset else []), "--dataset", data, "--model", str(job.dep.run_dir),
                 *common, *shlex.split(g.get(f"{job.method}_args", ""))]
     o2o = [*common, "--save-replay", *shlex.split(g["o2o_args"])]  # the replay buffer makes a resume exact
@@ -608,7 +609,7 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
              f"dataset's dynamics fit (epochs: {g.get('dynamics_epochs') or 'the registry cap, early stopping'}"
              + (f"; NeuBay's model: {'its own fit' if g.get('neubay_model', 'own') == 'own' else 'the shared fit'}"
                 if "neubay" in g["mb_algos"] else "") + "); "
-             "MOPO with the `mopo-<dataset>` preset where there is one; extra flags MOPO "
+             "each with its `<method>-<dataset>` preset where there is one; extra flags MOPO "
              f"`{g.get('mopo_args') or '-'}`, RAVL `{g.get('ravl_args') or '-'}`, NeuBay "
              f"`{g.get('neubay_args') or '-'}`, dynamics `{g.get('dynamics_args') or '-'}`"]
             if g.get("mb_algos") else []),
@@ -642,7 +643,8 @@ def summarize(g: dict, runs: Path, out_dir: Path, grid_command: str, summarize_c
                                     + ["—"]) + " |")
         for m in offline_methods:
             runs_m = by.get((m, ds), [])
-            label = m + (" (preset)" if m == "mopo" and mopo_preset(ds) else " (defaults)" if m == "mopo" else "")
+            label = m + (" (preset)" if m in MODEL_BASED and method_preset(m, ds) else " (defaults)" if m == "mopo"
+                         else "")
             if not runs_m:
                 md.append("| " + " | ".join([ds, label, "not in grid"] + (["not in grid"] if has_local else [])
                                             + [_pub(pub, m)]) + " |")

@@ -174,7 +174,9 @@ def test_dry_run_prints_the_commands(table, tmp_path, capsys):
     assert mopo.startswith(f"train mopo --preset {ROOT}/experiments/presets/mopo-hopper-medium.json --dataset "
                            f"hopper-medium-v5 --model {fit} --env Hopper-v5 --total-steps 100")
     assert next(x for x in lines if x.startswith("train ravl")).count(f"--model {fit} ") == 1
-    assert f"--model {fit}-neubay " in next(x for x in lines if x.startswith("train neubay"))
+    neubay = next(x for x in lines if x.startswith("train neubay"))  # its per-dataset preset, as MOPO's
+    assert neubay.startswith(f"train neubay --preset {ROOT}/experiments/presets/neubay-hopper-medium.json ")
+    assert f"--model {fit}-neubay " in neubay and "--preset" not in next(x for x in lines if x.startswith("train ravl"))
     # iql, cql on medium; rlpd, wsrl, retained; two fits; mopo, ravl, neubay
     assert len([x for x in lines if x.startswith("train ")]) == 10
     assert sorted(p.name for p in runs.iterdir()) == ["hopper-medium-replay-v5"]  # nothing written

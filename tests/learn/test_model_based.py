@@ -3,6 +3,7 @@ simulator state of every row): `train dynamics`, mbpo/mopo/ravl from the CLI wit
 and with the true simulator; resume equals an uninterrupted run; one update per algorithm; bad inputs."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,6 +175,23 @@ def test_presets_give_mopo_its_rollout_length_and_penalty_as_loop_settings(tmp_p
     run = build_run(registry.get("mopo"), preset.run, {**registry.get("mopo").loop_defaults, **preset.loop})
     assert (run.loop.rollout_length, run.loop.penalty, run.loop.real_ratio) == (5, 5.0, 0.05)
     assert set(preset.config) == {"gamma", "tau", "target_entropy"}
+
+
+NEUBAY_PRESETS = sorted(p.stem for p in (Path(__file__).parents[2] / "experiments" / "presets").glob("neubay-*.json"))
+
+
+@pytest.mark.parametrize("name", NEUBAY_PRESETS)
+def test_neubay_presets_set_the_papers_per_dataset_settings(name):
+    """The official code's per-dataset overrides (encoder lr, real-row weight, fixed temperature on hopper) as a
+    valid NeuBay config; the rest stays the registry's. One for each of the 12 D4RL locomotion datasets."""
+    from ctrl_rl.learn.config import load_preset
+
+    assert len(NEUBAY_PRESETS) == 12
+    preset = load_preset(name)
+    cfg = registry.get("neubay").default_config(**preset.config)
+    assert set(preset.config) == {"encoder_lr", "real_weight", "learn_alpha"}
+    assert cfg.learn_alpha is (not name.startswith("neubay-hopper")) and cfg.init_alpha == 0.2
+    assert preset.run["dataset"] == name.removeprefix("neubay-") + "-v5"
 
 
 def test_dynamics_fit_resumed_after_an_interruption_equals_the_uninterrupted_fit(hopper_dataset, tmp_path):
