@@ -27,7 +27,7 @@ run: $(STAMP)
 	$(PY) -m ctrl_rl train ppo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
