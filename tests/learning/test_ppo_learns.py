@@ -11,7 +11,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_default_preset_solves_torch_pendulum(tmp_path, seed):
-    run = from_dict(RunConfig, {**default_preset().run, "seed": seed, "progress": False})
+    # two threads, fixed: with the default (auto) the count follows the machine's load, and so do the run's float
+    # rounding and outcome (on an AMD AVX2 CPU at two threads: seed 0 -182, seed 1 -162; seed 1 ended below -250
+    # once under load)
+    run = from_dict(RunConfig, {**default_preset().run, "seed": seed, "progress": False, "threads": 2})
     cfg = from_dict(PPOConfig, default_preset().config)
     res = train_onpolicy(run, "ppo", cfg, tmp_path / "r")
     assert res.last_return >= -250, res.last_return
