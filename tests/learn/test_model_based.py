@@ -3,7 +3,6 @@ simulator state of every row): `train dynamics`, mbpo/mopo/ravl from the CLI wit
 and with the true simulator; resume equals an uninterrupted run; one update per algorithm; bad inputs."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from ctrl_rl.cli import main
 from ctrl_rl.core.types import Transition
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from ctrl_rl.learn.config import FlatRolloutsLoopConfig, RunConfig, load_config, to_dict
+from ctrl_rl.learn.config import FlatRolloutsLoopConfig, RunConfig, list_presets, load_config, to_dict
 from ctrl_rl.learn.model_based import MODEL_FILE, train_model_based
 
 AGENT = dict(actor_hidden=(16, 16), critic_hidden=(16, 16))
@@ -177,7 +176,7 @@ def test_presets_give_mopo_its_rollout_length_and_penalty_as_loop_settings(tmp_p
     assert set(preset.config) == {"gamma", "tau", "target_entropy"}
 
 
-NEUBAY_PRESETS = sorted(p.stem for p in (Path(__file__).parents[2] / "experiments" / "presets").glob("neubay-*.json"))
+NEUBAY_PRESETS = sorted(n for n in list_presets() if n.startswith("neubay-"))
 
 
 @pytest.mark.parametrize("name", NEUBAY_PRESETS)
