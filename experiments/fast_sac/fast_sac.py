@@ -71,6 +71,15 @@ def per_variant(values: list[str] | None, defaults: dict, cast, flag: str) -> di
 
 # ----- one run each -----
 
+def envs_per_iteration(variant: str) -> int:
+    """Env steps per ctrl_rl loop iteration of a variant: its preset's ``num_envs`` (1 without a preset)."""
+    args = CTRL_RL_ARGS[variant]
+    if "--preset" not in args:
+        return 1
+    from ctrl_rl.learn.config import load_preset
+    return int(load_preset(args[args.index("--preset") + 1]).run.get("num_envs", 1))
+
+
 def ctrl_rl_command(variant: str, seed: int, steps: int, a: argparse.Namespace, run_dir: Path) -> tuple[list, bool]:
     """The ``python -m ctrl_rl train sac`` command of a run, and whether it resumes one. Without ``--work-dir`` a run
     writes no checkpoint; with it, a checkpoint (replay included) every ``--checkpoint-every`` env steps, and a run
@@ -78,7 +87,9 @@ def ctrl_rl_command(variant: str, seed: int, steps: int, a: argparse.Namespace, 
     base = [sys.executable, "-m", "ctrl_rl", "train", "sac"]
     if a.work_dir is not None and (run_dir / "checkpoints" / "latest.pt").is_file():
         return [*base, "--resume", str(run_dir), "--total-steps", str(steps), "--no-progress"], True
-    keep = ["--checkpoint-every", str(a.checkpoint_every), "--save-replay"] if a.work_dir is not None else \
+    # ctrl_rl counts --checkpoint-every in loop iterations (num_envs env steps each); this script's flag is env steps
+    every = max(1, a.checkpoint_every // envs_per_iteration(variant))
+    keep = ["--checkpoint-every", str(every), "--save-replay"] if a.work_dir is not None else \
         ["--checkpoint-every", str(10**9)]
     return [*base, *CTRL_RL_ARGS[variant], "--seed", str(seed), "--total-steps", str(steps), "--eval-every",
             str(a.eval_every), "--eval-episodes", str(a.eval_episodes), "--run-dir", str(run_dir), "--no-progress",
