@@ -93,7 +93,7 @@ def loop_rate(run_dir: Path) -> float:
 
 def run_together(cmds: list[list[str]]) -> float:
     """Start every command at once, wait for all; the seconds until the last one ends."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     t0 = time.perf_counter()
     procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in cmds]
     for p, c in zip(procs, cmds):
