@@ -169,17 +169,22 @@ def main() -> None:
                 r = fn(args, Path(d))
             runs[fn.__name__].append(r)
             print(f"repeat {rep + 1}/{args.repeats} {fn.__name__}: {r['steps_per_s_per_seed']:.1f} steps/s per seed, "
-                  f"{r['process_s']:.1f} s", flush=True)
+                  f"{r['process_s']:.1f} s (loop {r['loop_steps_per_s_per_seed']:.1f} steps/s per seed)", flush=True)
+        # written after every repeat: a run cut short (a device's time limit) keeps the repeats it finished
+        result = summarize(args, runs, rep + 1, load_before)
+        write_result("seed_batching", result, markdown(result), folder=args.out)
+    print(markdown(result))
+
+
+def summarize(args: argparse.Namespace, runs: dict[str, list[dict]], repeats_done: int, load_before: float) -> dict:
+    """The result record of the repeats finished so far: every run, and the medians of each variant."""
     fields = ("steps_per_s_per_seed", "process_s", "loop_steps_per_s_per_seed")
     median = {k: {f: statistics.median(r[f] for r in v) for f in fields} for k, v in runs.items()}
     median["ratio"] = median["one_process"]["steps_per_s_per_seed"] / median["separate"]["steps_per_s_per_seed"]
-    result = {"args": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                       "online": online(args)},
-              "commit": git_commit(), "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
-              "cpus": os.cpu_count(), "repeats_done": args.repeats, "runs": runs, "median": median}
-    write_result("seed_batching", result, markdown(result), folder=args.out)
-    print(markdown(result))
-
+    return {"args": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                     "online": online(args)},
+            "commit": git_commit(), "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+            "cpus": os.cpu_count(), "repeats_done": repeats_done, "runs": runs, "median": median}
 
 if __name__ == "__main__":
     main()
