@@ -107,7 +107,11 @@ def test_run_commands_with_and_without_a_work_dir(fs, tmp_path):
     a.work_dir = tmp_path
     run_dir = tmp_path / "fast_sac_1m" / "fastsac-s2"
     cmd, resumed = fs.ctrl_rl_command("fastsac", 2, 1_000_000, a, run_dir)
-    assert not resumed and cmd[cmd.index("--checkpoint-every") + 1] == "100000" and "--save-replay" in cmd
+    # ctrl_rl counts --checkpoint-every in loop iterations: the preset's 16 envs make 100,000 env steps 6,250 of them
+    assert not resumed and cmd[cmd.index("--checkpoint-every") + 1] == "6250" and "--save-replay" in cmd
+    assert fs.envs_per_iteration("fastsac") == 16 and fs.envs_per_iteration("sac") == 1
+    sac_cmd, _ = fs.ctrl_rl_command("sac", 2, 1_000_000, a, tmp_path / "sac-s2")
+    assert sac_cmd[sac_cmd.index("--checkpoint-every") + 1] == "100000"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "checkpoints" / "latest.pt").write_bytes(b"x")  # an interrupted run: continued, not restarted
     cmd, resumed = fs.ctrl_rl_command("fastsac", 2, 1_000_000, a, run_dir)
