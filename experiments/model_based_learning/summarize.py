@@ -17,7 +17,9 @@ dataset's average.
         --variant ravl_medium=/work/runs/d4rl_medium:ravl [--datasets halfcheetah-medium-v5 hopper-medium-v5]
 
 ``--variant NAME=DIR:METHOD`` adds the runs of METHOD in another runs dir under NAME (RAVL with
-``--matmul-precision medium``). Writes model_based_learning.{json,md,png} beside this script.
+``--matmul-precision medium``). Writes ``<name>.{json,md,png}`` beside this script, or in ``--out`` (section 5's
+NeuBay comparison: ``--datasets hopper-random-v5 --methods iql mopo neubay ravl --name neubay_hopper_random --out
+experiments/neubay_hopper_random``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ from common import ROOT, dataset_info, iqm_ci, write_result  # noqa: E402
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ENVS = {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5", "walker2d": "Walker2d-v5"}
 METHODS = ("iql", "mopo", "ravl")
-# the papers' budgets in gradient steps (ALGORITHMS.md: MOPO and RAVL 1-3M on D4RL locomotion, IQL 1M)
-PAPER_STEPS = {"iql": 1_000_000, "mopo": 1_000_000, "ravl": 3_000_000}
+# the papers' budgets in gradient steps (ALGORITHMS.md: MOPO and RAVL 1-3M on D4RL locomotion, IQL 1M; NeuBay's
+# official configs/d4rl_loco/base.yaml: grad_steps 2M)
+PAPER_STEPS = {"iql": 1_000_000, "mopo": 1_000_000, "ravl": 3_000_000, "neubay": 2_000_000}
 
 
 def env_of(dataset: str) -> str:
@@ -166,6 +169,8 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR:METHOD")
     ap.add_argument("--name", default="model_based_learning")
+    ap.add_argument("--out", type=Path, default=RESULTS,
+                    help="the study folder for the results (default: this one)")
     a = ap.parse_args()
     variants = []
     for v in a.variant:
@@ -197,8 +202,8 @@ def main() -> None:
                           "common": iqm_ci({m: [s for s in (score_at(r, common) for r in rs.values()) if s is not None]
                                             for m, rs in runs.items()})}
         payload["datasets"][ds] = d
-    write_result(a.name, payload, markdown(payload), folder=RESULTS)
-    plot(payload, RESULTS / f"{a.name}.png")
+    write_result(a.name, payload, markdown(payload), folder=a.out)
+    plot(payload, a.out / f"{a.name}.png")
 
 
 if __name__ == "__main__":
