@@ -186,5 +186,6 @@ def summarize(args: argparse.Namespace, runs: dict[str, list[dict]], repeats_don
             "commit": git_commit(), "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
             "cpus": os.cpu_count(), "repeats_done": repeats_done, "runs": runs, "median": median}
 
+
 if __name__ == "__main__":
     main()
