@@ -145,6 +145,25 @@ def dataset_info(path: str | Path, env: str, refs: str = "d4rl") -> dict | None:
     return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
 
 
+def copy_rows(src: Path, dest: Path, rows: int, names: tuple[str, ...] | None = None,
+              compression: str | None = None) -> None:
+    """Write the first ``rows`` rows of the D4RL-layout file ``src`` to ``dest``: every per-row dataset (or only
+    ``names``) cut, other datasets whole, the file's attributes copied."""
+    import h5py
+
+    with h5py.File(src, "r") as f, h5py.File(dest, "w") as g:
+        n = f["observations"].shape[0]  # type: ignore[union-attr]
+
+        def copy(name, obj):
+            if isinstance(obj, h5py.Dataset) and (names is None or name in names):
+                g.create_dataset(name, data=obj[:rows] if obj.shape and obj.shape[0] == n else obj[()],
+                                 compression=compression)
+
+        f.visititems(copy)
+        for k, v in f.attrs.items():
+            g.attrs[k] = v
+
+
 def time_calls_ns(fn, calls: int):
     """Wall time of each of ``calls`` calls of ``fn()``, in ns (a NumPy array)."""
     import time

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import AB_TREES, ROOT, ab_report_head, train, worktree, write_result  # noqa: E402
+from common import AB_TREES, ROOT, ab_report_head, copy_rows, train, worktree, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 DATA = AB_TREES / "data"
@@ -60,8 +60,6 @@ UNITS = {"ravl": "gradient steps/s", "ravl_medium": "gradient steps/s (--matmul-
 
 def dataset_slice(src_id: str, rows: int) -> Path:
     """The first ``rows`` rows of a cached dataset (every per-row array cut; infos too), written once."""
-    import h5py
-
     from ctrl_rl.storage.datasets.cache import data_dir
 
     dest = DATA / f"{src_id}-first{rows}.hdf5"
@@ -72,16 +70,7 @@ def dataset_slice(src_id: str, rows: int) -> Path:
         raise SystemExit(f"{src} is missing: run `ctrl-rl data generate --env ... --level medium` first")
     DATA.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".tmp")
-    with h5py.File(src, "r") as f, h5py.File(tmp, "w") as g:
-        n = f["observations"].shape[0]
-
-        def copy(name, obj):
-            if isinstance(obj, h5py.Dataset):
-                g[name] = obj[:rows] if obj.shape and obj.shape[0] == n else obj[()]
-
-        f.visititems(copy)
-        for k, v in f.attrs.items():
-            g.attrs[k] = v
+    copy_rows(src, tmp, rows)
     tmp.rename(dest)
     return dest
 

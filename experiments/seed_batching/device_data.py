@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
-from typing import cast
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
+from common import copy_rows  # noqa: E402
 
 FIELDS = ("actions", "next_observations", "observations", "rewards", "terminals", "timeouts")
 
@@ -24,20 +27,18 @@ FIELDS = ("actions", "next_observations", "observations", "rewards", "terminals"
 def cut(src: Path, rows: int, out: Path) -> int:
     """Write the first whole episodes of ``src`` within ``rows`` rows to ``out``; returns the rows written."""
     with h5py.File(src, "r") as f:
-        arrays = {k: cast(h5py.Dataset, f[k]) for k in FIELDS}
-        ends = np.nonzero(arrays["terminals"][:rows] | arrays["timeouts"][:rows])[0]
+        ends = np.nonzero(np.asarray(f["terminals"][:rows]) | np.asarray(f["timeouts"][:rows]))[0]  # type: ignore[index]
         if len(ends) == 0:
             raise SystemExit(f"{src}: no episode ends within the first {rows} rows: expected a larger --rows")
-        n = int(ends[-1]) + 1
         meta = json.loads(str(f.attrs["ctrl_rl"])) if "ctrl_rl" in f.attrs else {}
-        extra = meta.setdefault("extra", {})
-        extra["steps"], extra["episodes"] = n, len(ends)
-        extra["subset_of"] = f"{src.name}: the first {n} rows (whole episodes), for a device benchmark"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with h5py.File(out, "w") as d:
-            for k in FIELDS:
-                d.create_dataset(k, data=arrays[k][:n], compression="gzip")
-            d.attrs["ctrl_rl"] = json.dumps(meta)
+    n = int(ends[-1]) + 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    copy_rows(src, out, n, FIELDS, compression="gzip")
+    extra = meta.setdefault("extra", {})
+    extra["steps"], extra["episodes"] = n, len(ends)
+    extra["subset_of"] = f"{src.name}: the first {n} rows (whole episodes), for a device benchmark"
+    with h5py.File(out, "a") as d:
+        d.attrs["ctrl_rl"] = json.dumps(meta)
     return n
 
 
