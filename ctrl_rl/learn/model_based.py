@@ -93,9 +93,18 @@ def task_of(env_id: str) -> str:
 # -- world-model regime -------------------------------------------------------------------------------------
 
 def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: torch.device) -> dict[str, torch.Tensor]:
-    """The dataset's transitions with a valid next observation, as the tensors ``fit`` takes."""
+    """The dataset's transitions with a known next observation, as the tensors ``fit`` takes.
+
+    They come from the ``trajectory`` view: a terminal row's next observation is the stored ``next_observations``
+    (the state the episode ended in), or the row is dropped when the file stores none. The ``qlearning`` view
+    (``d4rl.qlearning_dataset``) would give it the next episode's first observation, harmless for TD targets,
+    which a terminal zeroes, but a teleport to the start state for a dynamics model: fitted on those rows, a Hopper
+    model learned never to fall (from the 3,231 terminal rows of hopper-medium-v5, its predicted next states ended
+    the episode 0.3% of the time, the real ones always). RAVL's and MOPO's code fit on the ``qlearning`` rows;
+    NeuBay's takes ``next_observations`` where the file has them, as here."""
     assert run.dataset is not None  # train_dynamics refused a run without --dataset
-    buf = to_replay(open_dataset(run.dataset, run.env, clip_actions, run.clip_dataset_actions), device)
+    buf = to_replay(open_dataset(run.dataset, run.env, clip_actions, run.clip_dataset_actions, view="trajectory"),
+                    device)
     # the model's data: flat observations of spec.obs_dim (open_dataset checked the sizes)
     assert isinstance(buf.obs, torch.Tensor) and isinstance(buf.next_obs, torch.Tensor)
     n = len(buf)

@@ -30,8 +30,11 @@ that: lr x ``lr_decay`` once, then go on), restore the best weights, elites = lo
 termination head is kept with the weights that holdout MSE chose; it does not take part in the stopping rule.
 Every variant starts from RAVL's initialisation (truncated normal, std 1 / (2 sqrt(in)), zero biases).
 
-Deliberate deviations. From RAVL: targets are standardised and holdout MSE (hence elites) is measured on the
-standardised targets, so every output dim weighs the same (NeuBay's choice; RAVL: raw targets); each member keeps
+Deliberate deviations. From RAVL: the rows of a terminated episode's last step keep the state it ended in
+(``learn.model_based.dataset_arrays``; RAVL's code fits on ``d4rl.qlearning_dataset``, which puts the next episode's
+start there, so its model learns a teleport where the data falls); targets are standardised and holdout MSE
+(hence elites) is measured on the standardised targets, so every output dim weighs the same (NeuBay's choice;
+RAVL: raw targets); each member keeps
 its own bootstrap resample (RAVL's code reassigns the E resamples among the members every epoch); one (hi, lo)
 pair per member instead of one shared pair, so that restoring a member's best weights restores all of it; one
 output layer instead of separate mean and logvar heads (the same function; RAVL decays both heads by 1e-4); the

@@ -258,3 +258,37 @@ def test_the_true_simulator_takes_the_agents_units_where_the_bounds_are_not_unit
     raw.set_state(qpos[0], qvel[0])
     want = raw.step(np.array([1.5], dtype=np.float32))[0]  # 0.5 of the agent's range is 1.5 in env units
     np.testing.assert_allclose(out.final_obs[0].numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_dynamics_fit_sees_the_state_an_episode_ended_in_not_the_next_episodes_start(hopper_dataset, tmp_path):
+    """A terminal row's next observation in the model's data is the stored ``next_observations`` (d4rl's qlearning
+    rows would give the next episode's first observation: a teleport the model would learn); without stored next
+    observations the episode ends are dropped."""
+    import h5py
+
+    from ctrl_rl.envs.registry import spec_of
+    from ctrl_rl.learn.model_based import dataset_arrays
+
+    with h5py.File(hopper_dataset) as f:
+        raw = {k: f[k][:] for k in ("observations", "actions", "next_observations", "terminals", "timeouts")}
+    spec = spec_of("Hopper-v5")
+    got = dataset_arrays(RunConfig(env="Hopper-v5", dataset=hopper_dataset), spec, None, torch.device("cpu"))
+    n = len(raw["observations"])
+    assert got["obs"].shape[0] == n  # every row: terminals, the time-out and the file's last row included
+    torch.testing.assert_close(got["next_obs"], torch.from_numpy(raw["next_observations"]), rtol=0, atol=0)
+    ends = np.flatnonzero(raw["terminals"][:-1])
+    assert ends.size >= 3 and torch.equal(got["terminated"], torch.from_numpy(raw["terminals"]).bool())
+    assert not np.allclose(raw["next_observations"][ends], raw["observations"][ends + 1])  # the quirk would differ
+    stripped = tmp_path / "hopper-random-v5.hdf5"  # the same rows without next_observations
+    with h5py.File(stripped, "w") as f:
+        for k in ("observations", "actions", "terminals", "timeouts"):
+            f[k] = raw[k]
+        with h5py.File(hopper_dataset) as src:
+            for k in ("rewards", "infos/qpos", "infos/qvel"):
+                f[k] = src[k][:]
+    got = dataset_arrays(RunConfig(env="Hopper-v5", dataset=str(stripped)), spec, None, torch.device("cpu"))
+    ended = (raw["terminals"] | raw["timeouts"]).astype(bool)
+    ended[-1] = True
+    keep = np.flatnonzero(~ended)
+    assert got["obs"].shape[0] == keep.size and not bool(got["terminated"].any())
+    torch.testing.assert_close(got["next_obs"], torch.from_numpy(raw["observations"][keep + 1]), rtol=0, atol=0)
