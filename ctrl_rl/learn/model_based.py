@@ -170,10 +170,35 @@ def train_dynamics(run: RunConfig, algo_name: str, cfg, run_dir: Path, resume: b
             return TrainResult(ctx.run_dir, done, done, float("nan"), ctx.wall_time(), None)
         epochs = history[-1]["epoch"] if history else 0
         last = history[-1] if history else {}
+        recall = termination_recall(model, data, run.env)
+        if recall is not None:
+            print(f"terminations: from the dataset's {int(data['terminated'].sum())} terminal transitions, the elites' "
+                  f"predicted next states end the episode {100 * recall:.1f}% of the time (the data's: 100%)",
+                  flush=True)
         save_model(ctx.run_dir, model, run.env, {"epochs": epochs, "fit_seconds": round(ctx.wall_time(), 1),
-                                                 **{k: last.get(k) for k in ("holdout_mse_best", "calibration")}})
+                                                 **{k: last.get(k) for k in ("holdout_mse_best", "calibration")},
+                                                 "termination_recall": recall})
         ctx.save({"model_file": MODEL_FILE}, {"step": epochs, "last_return": float("nan")})
         return TrainResult(ctx.run_dir, epochs, epochs, float("nan"), ctx.wall_time(), model)
+
+
+@torch.no_grad()
+def termination_recall(model: EnsembleDynamics, data: dict[str, torch.Tensor], env_id: str) -> float | None:
+    """Of ``data``'s transitions that ended an episode (``terminated``), the fraction whose next state predicted by an
+    elite's mean the task's termination function ends as well, averaged over the elites: near 1 for a model that
+    learned where the data falls, near 0 for one fitted on rows whose next state is the next episode's start. None
+    where the task has no termination function or the data has no terminal row."""
+    if not has_termination(env_id) or not bool(data["terminated"].any()):
+        return None
+    ended = data["terminated"].bool()  # [S]
+    obs, act = data["obs"][ended], data["act"][ended]  # [T,O], [T,A]
+    done = get_termination(env_id)
+    hits = []
+    for e in model.elite_ids.tolist():
+        members = torch.full((obs.shape[0],), e, dtype=torch.int64, device=obs.device)  # [T]
+        nxt = model.predict(obs, act, members=members, sample=False).next_obs  # [T,O]
+        hits.append(done(obs, act, nxt).float().mean())
+    return float(torch.stack(hits).mean())
 
 
 def save_model(run_dir: Path, model: EnsembleDynamics, env_id: str, summary: dict) -> Path:

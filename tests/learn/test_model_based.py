@@ -29,6 +29,37 @@ def test_train_dynamics_writes_a_model_run_with_holdout_metrics(model_run):
     assert all(np.isfinite(r["holdout_mse"]) and 0 <= r["calibration"] <= 1 for r in rows)
     saved = load_checkpoint(model_run / MODEL_FILE)
     assert saved["task"] == "hopper" and len(saved["state"]["elite_ids"]) == 2
+    assert 0 <= saved["summary"]["termination_recall"] <= 1  # the random data has terminal rows
+
+
+def test_termination_recall_tells_a_model_that_falls_from_one_that_teleports(hopper_dataset):
+    """1 for predictions equal to the real terminal states, 0 for the next episode's start (the qlearning rows)."""
+    import h5py
+
+    from ctrl_rl.learn.model_based import termination_recall
+    from ctrl_rl.world_models.protocol import ModelStep
+
+    with h5py.File(hopper_dataset) as f:
+        raw = {k: torch.from_numpy(f[k][:]) for k in ("observations", "actions", "next_observations", "terminals")}
+    n = raw["observations"].shape[0]
+    data = {"obs": raw["observations"][:-1], "act": raw["actions"][:-1], "terminated": raw["terminals"][:-1].bool()}
+
+    class Table:  # a "model" that predicts a fixed next state per row
+        elite_ids = torch.tensor([0, 1])
+
+        def __init__(self, table):
+            self.table = table
+
+        def predict(self, obs, act, members=None, sample=True):
+            rows = [int(torch.nonzero((data["obs"] == o).all(1))[0]) for o in obs]
+            return ModelStep(next_obs=self.table[rows], reward=torch.zeros(len(rows)), terminated=None,
+                             uncertainty={})
+
+    assert termination_recall(Table(raw["next_observations"][:-1]), data, "Hopper-v5") == 1.0
+    assert termination_recall(Table(raw["observations"][1:n]), data, "Hopper-v5") == 0.0
+    no_end = {**data, "terminated": torch.zeros_like(data["terminated"])}
+    assert termination_recall(Table(raw["next_observations"][:-1]), no_end, "Hopper-v5") is None
+    assert termination_recall(Table(raw["next_observations"][:-1]), data, "Pendulum-v1") is None
 
 
 @pytest.mark.parametrize("algo", ["mbpo", "mopo", "ravl"])
