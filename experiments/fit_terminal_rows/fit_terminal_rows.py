@@ -9,7 +9,8 @@ reports:
 - ``termination_recall`` (``learn.model_based.termination_recall``) over all terminal rows and over the holdout's:
   the share whose next state, as each elite's mean predicts it, the task's termination function ends;
 - the elites' holdout MSE on standardised targets, per output dimension (s' - s, then the reward), and how much of
-  it the worst 1% of holdout rows carry, with and without the terminal rows.
+  it the worst 1% of holdout rows carry, with and without the terminal rows;
+- the run's per-epoch holdout MSE as its ``metrics.jsonl`` logged it, up to the scored epoch.
 
     python experiments/fit_terminal_rows/fit_terminal_rows.py --run RUN_DIR --dataset hopper-medium-v5 \\
         --env Hopper-v5 --rows trajectory --name hopper-medium-trajectory
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         "row_mse_quantiles": {str(q): float(v) for q, v in zip(
             (0.5, 0.9, 0.99, 0.999), torch.quantile(row[:20000], torch.tensor([0.5, 0.9, 0.99, 0.999])))},
         "commit": git_commit(),
+        # the run's own per-epoch log up to the scored epoch: elites' holdout MSE as the fit measured it
+        "history": [{k: r[k] for k in ("step", "wall_time", "holdout_mse_elites", "holdout_mse_best", "calibration")}
+                    for r in map(json.loads, (args.run / "metrics.jsonl").read_text().splitlines())][:epoch],
     }
     dims = " | ".join(f"{v:.4f}" for v in out["holdout_mse_per_dim"])
     mse, share = out["holdout_mse_elites"], out["share_of_squared_error_in_worst_1pct_rows"]
