@@ -100,7 +100,7 @@ def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: tor
     (``d4rl.qlearning_dataset``) would give it the next episode's first observation, harmless for TD targets,
     which a terminal zeroes, but a teleport to the start state for a dynamics model: fitted on those rows, a Hopper
     model learned never to fall (from the 3,231 terminal rows of hopper-medium-v5, its predicted next states ended
-    the episode 0.3% of the time, the real ones always). RAVL's and MOPO's code fit on the ``qlearning`` rows;
+    the episode 0.4% of the time, the real ones always). RAVL's and MOPO's code fit on the ``qlearning`` rows;
     NeuBay's takes ``next_observations`` where the file has them, as here."""
     assert run.dataset is not None  # train_dynamics refused a run without --dataset
     buf = to_replay(open_dataset(run.dataset, run.env, clip_actions, run.clip_dataset_actions, view="trajectory"),
