@@ -193,11 +193,12 @@ def test_a_killed_server_makes_the_robot_hold_at_the_next_tick_and_the_loop_reco
     robot = SimRobot("torch:Pendulum")
     space = ActionSpace("env", (-2.0,), (2.0,), ("env",))
     ticks = tmp_path / "ticks.jsonl"
-    # the watchdog's deadlines are not what this test checks: under a loaded machine (the suite runs in two
-    # processes beside the server's) three late 20 ms ticks in a row would stop the loop before the kill
+    # the watchdog's deadlines and the outage limit are not what this test checks: on a loaded machine (the suite
+    # runs in two processes beside the server's) three late 20 ms ticks in a row would stop the loop before the
+    # kill, and the restarted server can take longer than the default 30 s outage to import and listen
     loop = ControlLoop(RemotePolicy(client, sha(export_dir), timeout=10.0), json.loads(
         (export_dir / "policy.json").read_text()), robot, SafetyFilter(space),
-        LoopConfig(rate=50, max_misses=10**6, max_obs_age=60.0), ticks)
+        LoopConfig(rate=50, max_misses=10**6, max_obs_age=60.0, max_outage=180.0), ticks)
     try:
         loop.start()
         for _ in range(10):
