@@ -35,7 +35,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -92,10 +92,12 @@ def task_of(env_id: str) -> str:
 
 # -- world-model regime -------------------------------------------------------------------------------------
 
-def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: torch.device) -> dict[str, torch.Tensor]:
+def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: torch.device,
+                   view: Literal["trajectory", "qlearning"] = "trajectory") -> dict[str, torch.Tensor]:
     """The dataset's transitions with a known next observation, as the tensors ``fit`` takes.
 
-    They come from the ``trajectory`` view: a terminal row's next observation is the stored ``next_observations``
+    They come from the ``trajectory`` view (``view="qlearning"`` only to study fits made before on those rows):
+    a terminal row's next observation is the stored ``next_observations``
     (the state the episode ended in), or the row is dropped when the file stores none. The ``qlearning`` view
     (``d4rl.qlearning_dataset``) would give it the next episode's first observation, harmless for TD targets,
     which a terminal zeroes, but a teleport to the start state for a dynamics model: fitted on those rows, a Hopper
@@ -103,8 +105,7 @@ def dataset_arrays(run: RunConfig, spec, clip_actions: float | None, device: tor
     the episode 0.4% of the time, the real ones always). RAVL's and MOPO's code fit on the ``qlearning`` rows;
     NeuBay's takes ``next_observations`` where the file has them, as here."""
     assert run.dataset is not None  # train_dynamics refused a run without --dataset
-    buf = to_replay(open_dataset(run.dataset, run.env, clip_actions, run.clip_dataset_actions, view="trajectory"),
-                    device)
+    buf = to_replay(open_dataset(run.dataset, run.env, clip_actions, run.clip_dataset_actions, view=view), device)
     # the model's data: flat observations of spec.obs_dim (open_dataset checked the sizes)
     assert isinstance(buf.obs, torch.Tensor) and isinstance(buf.next_obs, torch.Tensor)
     n = len(buf)

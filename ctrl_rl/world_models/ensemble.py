@@ -472,6 +472,14 @@ def _member_orders(boot: torch.Tensor | None, E: int, N: int, generator: torch.G
     return _chunked_rows(E, N, make, dtype, dev)
 
 
+def holdout_split(cfg: DynamicsConfig, rows: int, generator: torch.Generator | None, device: torch.device | str
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fit``'s split of ``rows`` rows: (holdout [H], training [N]) indices, one permutation from ``generator``."""
+    n_hold = max(1, min(int(cfg.holdout_ratio * rows), cfg.max_holdout or rows, rows - 1))
+    perm = torch.randperm(rows, generator=generator, device=device)  # [S]
+    return perm[:n_hold], perm[n_hold:]
+
+
 def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch.Generator | None = None,
         progress: Callable[[int, dict], None] | None = None, resume: dict | None = None,
         checkpoint: Callable[[dict], None] | None = None) -> list[dict]:
@@ -493,9 +501,7 @@ def fit(model: EnsembleDynamics, data: dict[str, torch.Tensor], generator: torch
     if resume is not None:
         assert generator is not None
         generator.set_state(resume["gen_start"])
-    n_hold = max(1, min(int(cfg.holdout_ratio * S), cfg.max_holdout or S, S - 1))
-    perm = torch.randperm(S, generator=generator, device=dev)  # [S]
-    hold, train = perm[:n_hold], perm[n_hold:]  # [H], [N]
+    hold, train = holdout_split(cfg, S, generator, dev)  # [H], [N]
     model.set_statistics(d["obs"][train], d["act"][train], d["next_obs"][train], d["reward"][train])
     with torch.no_grad():
         x_all = model.inputs(d["obs"], d["act"])  # [S,I]

@@ -63,12 +63,11 @@ def holdout_rows(model, seed: int, rows: int, env: str) -> torch.Tensor:
     """The fit's holdout row indices: the seeded generator after the model's initialisation, then ``fit``'s split."""
     from ctrl_rl.envs.registry import spec_of
     from ctrl_rl.learn import model_based as mb
+    from ctrl_rl.world_models.ensemble import holdout_split
 
-    cfg = model.cfg
     gen = torch.Generator().manual_seed(seed)
-    mb.model_entry().make(cfg, spec_of(env), torch.device("cpu"), gen)  # draws what the run's initialisation drew
-    n_hold = max(1, min(int(cfg.holdout_ratio * rows), cfg.max_holdout or rows, rows - 1))
-    return torch.randperm(rows, generator=gen)[:n_hold]
+    mb.model_entry().make(model.cfg, spec_of(env), torch.device("cpu"), gen)  # draws what the run's initialisation drew
+    return holdout_split(model.cfg, rows, gen, "cpu")[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,15 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
 
-    from ctrl_rl.learn.model_based import termination_recall
-    from ctrl_rl.storage.datasets import open_dataset, to_replay
+    from ctrl_rl.envs.registry import spec_of
+    from ctrl_rl.learn.config import RunConfig
+    from ctrl_rl.learn.model_based import dataset_arrays, termination_recall
 
     model, epoch, seed, finished = load_fit(args.run, args.env)
-    buf = to_replay(open_dataset(args.dataset, args.env, None, False, view=args.rows), "cpu")
-    n = len(buf)
-    assert isinstance(buf.obs, torch.Tensor) and isinstance(buf.next_obs, torch.Tensor)
-    data = {"obs": buf.obs[:n], "act": buf.action[:n], "next_obs": buf.next_obs[:n], "reward": buf.reward[:n],
-            "terminated": buf.terminated[:n].bool()}
+    data = dataset_arrays(RunConfig(env=args.env, dataset=args.dataset), spec_of(args.env), None, torch.device("cpu"),
+                          view=args.rows)  # the rows the fit saw
+    data["terminated"] = data["terminated"].bool()
+    n = data["obs"].shape[0]
     hold = holdout_rows(model, seed, n, args.env)
     scored = hold[:args.max_holdout]
     with torch.no_grad():
