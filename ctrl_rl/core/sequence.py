@@ -15,11 +15,11 @@ with ``lambda = exp(-exp(nu_log) + i exp(theta_log))`` (so ``|lambda| < 1``), ``
 concatenated sequences.
 
 Implementation choice: the recurrence over a whole sequence runs as a parallel scan over time (``linear_scan``:
-a Hillis-Steele prefix scan, the form of the paper's ``associative_scan``, for short sequences; for long ones
-blocks of about sqrt(S) rows scanned step by step all at once, then their carries; its gradient is the same
-scan backwards in time); ``step`` is the one-step recurrence, and ``step_real`` the same in real arithmetic (the
-real and imaginary parts in a last dim of 2: graphs without complex tensors, ONNX). All three agree to float
-rounding (tests/core/test_sequence.py).
+a Hillis-Steele prefix scan, the form of the paper's ``associative_scan``, for short sequences and on a GPU; for
+long ones on the CPU blocks of about sqrt(S) rows scanned step by step all at once, then their carries; its
+gradient is the same scan backwards in time); ``step`` is the one-step recurrence, and ``step_real`` the same in
+real arithmetic (the real and imaginary parts in a last dim of 2: graphs without complex tensors, ONNX). All three
+agree to float rounding (tests/core/test_sequence.py).
 
 Shape letters: S sequence rows, N sequences, I input dim, D d_model, L layers, H hidden units (complex).
 """
@@ -57,13 +57,20 @@ def _hillis_steele(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``h_t = a_t h_{t-1} + b_t`` along dim 0 without autograd. Long sequences run blocked: blocks of C rows
-    (C the power of two nearest sqrt(T)) are scanned step by step all at once, the blocks' ends by
-    ``_hillis_steele``, then every row adds its block's carry times its running product of ``a``: O(T) work in
-    about C + log2(T / C) steps, against ``_hillis_steele``'s O(T log T) (3-4x faster at NeuBay's 2,100 rows)."""
-    T = a.shape[0]
-    if T < 256:
+    """``h_t = a_t h_{t-1} + b_t`` along dim 0 without autograd: ``_blocked`` for long sequences on the CPU, where
+    the work sets the time, else ``_hillis_steele``, whose log2(T) steps are fewer operations: on a GPU a NeuBay
+    update is bound by its operator launches (H200: 42 against 79 ms per update, experiments/model_based_speed)."""
+    if a.shape[0] < 256 or a.device.type != "cpu":
         return _hillis_steele(a, b)
+    return _blocked(a, b)
+
+
+def _blocked(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``_scan`` in blocks: blocks of C rows (C the power of two nearest sqrt(T)) are scanned step by step all at
+    once, the blocks' ends by ``_hillis_steele``, then every row adds its block's carry times its running product
+    of ``a``: O(T) work in about C + log2(T / C) steps, against ``_hillis_steele``'s O(T log T) (3-4x faster on a
+    CPU at NeuBay's 2,100 rows)."""
+    T = a.shape[0]
     C = 1 << round(math.log2(math.sqrt(T)))
     n = -(-T // C)  # blocks
     if n * C != T:  # rows after the end: a = b = 0, which leave every real row as it is
@@ -107,8 +114,8 @@ class _LinearScan(torch.autograd.Function):
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``h_t = a_t * h_{t-1} + b_t`` with ``h_{-1} = 0`` along dim 0 of ``a``, ``b [T,...]`` (same shape and dtype,
-    real or complex), by ``_scan`` (Hillis-Steele below 256 rows, blocked above), whose gradient is one scan
-    backwards in time (``_LinearScan``)."""
+    real or complex), by ``_scan`` (Hillis-Steele below 256 rows and off the CPU, else blocked), whose gradient is
+    one scan backwards in time (``_LinearScan``)."""
     # torch stub gap: Function.apply is typed (...) -> Any
     return cast(torch.Tensor, _LinearScan.apply(a, b))  # pyright: ignore[reportUnknownMemberType]
 

@@ -3,6 +3,7 @@ step-by-step recurrences, and the real-arithmetic step (ONNX) equals the complex
 
 import torch
 
+from ctrl_rl.core import sequence
 from ctrl_rl.core.sequence import LRU, LRUEncoder, linear_scan
 
 
@@ -14,6 +15,9 @@ def test_linear_scan_and_the_lru_over_a_sequence_equal_the_step_by_step_recurren
         h = a[t] * h + b[t]
         ref.append(h)
     assert torch.allclose(linear_scan(a, b), torch.stack(ref), atol=1e-5)
+    # both strategies of _scan (blocked: the CPU's for long sequences; Hillis-Steele: short ones and accelerators)
+    assert torch.allclose(sequence._blocked(a, b), torch.stack(ref), atol=1e-5)
+    assert torch.allclose(sequence._hillis_steele(a, b), torch.stack(ref), atol=1e-5)
 
     lru = LRU(8, 6, 0.0, 0.9, 6.28)
     S, N = 29, 3
