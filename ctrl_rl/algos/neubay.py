@@ -133,8 +133,9 @@ class NeuBayConfig:
     """Mixed precision of the update: its network passes under bfloat16 autocast (matrix products with bfloat16
     inputs; hidden activations, LayerNorms and their gradients in bfloat16), parameters, optimizer states, the LRU
     recurrence, the output layers (critic values, the actor's mean and log-std) and the losses in float32. 1.44x
-    the float32 update's gradient steps/s on this 2-core CPU with AMX (experiments/model_based_speed); it changes
-    what the update computes by bfloat16's rounding (relative 2^-8). Acting and rollouts stay float32."""
+    the float32 update's gradient steps/s on a 2-core CPU with AMX, none on an H200, where the update is host-bound
+    (experiments/model_based_speed); it changes what the update computes by bfloat16's rounding (relative 2^-8).
+    Acting and rollouts stay float32."""
 
     def __post_init__(self) -> None:
         try:
