@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile-steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--tiny", action="store_true", help="a small network instead of the defaults (tests)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -101,7 +102,9 @@ def main() -> None:
     agents = {}
     for k in STRATEGIES:
         torch.manual_seed(0)
-        agents[k] = NeuBay(NeuBayConfig(), spec, device, torch.Generator(device).manual_seed(0))
+        tiny = {"d_model": 16, "lru_hidden": 8, "head_hidden": (16, 16), "num_critics": 4}
+        cfg = NeuBayConfig(**tiny) if args.tiny else NeuBayConfig()
+        agents[k] = NeuBay(cfg, spec, device, torch.Generator(device).manual_seed(0))
     # the same recurrence: the critic encoder's outputs on the batch under both strategies
     seq, start, _ = NeuBay.sequence(batch)
     outs = {}
