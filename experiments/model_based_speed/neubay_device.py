@@ -64,7 +64,7 @@ def markdown(p: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--dataset", type=Path, required=True)
     ap.add_argument("--model", type=Path, required=True)
     ap.add_argument("--variants", nargs="+", default=["cuda", "cuda_bf16", "cpu"], choices=sorted(VARIANTS))

@@ -81,7 +81,7 @@ def profile(algo: NeuBay, batch: TapeBatch, steps: int, device: torch.device, to
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--tape-len", type=int, default=100)
