@@ -71,13 +71,15 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--commit", default="", help="the commit of the tree sent (default: git rev-parse HEAD there)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     import torch
 
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "CPU"
-    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    # a device's copy of .git can be older than the tree it receives: --commit names the tree sent
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
+                                           text=True).stdout.strip() or "unknown"
     p = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
          "steps": args.steps, "variants": args.variants, "dataset": str(args.dataset), "model": str(args.model),
          "machine": {"device_name": name, "torch": torch.__version__, "cpus": os.cpu_count()}, "runs": []}

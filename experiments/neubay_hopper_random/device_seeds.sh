@@ -6,12 +6,17 @@
 #
 #   here:   mkdir -p .devdata/hopper-random-dynamics && cp RUNS/hopper-random-v5/dynamics/{model.pt,config.json} \
 #               .devdata/hopper-random-dynamics/            # plus .whl: experiments/seed_batching/README.md
-#   there:  bash experiments/neubay_hopper_random/device_seeds.sh .devdata/hopper-random-dynamics $OUT 1 2
+#   there:  SENT_COMMIT=<here's HEAD> bash experiments/neubay_hopper_random/device_seeds.sh \
+#               .devdata/hopper-random-dynamics $OUT 1 2
 #   here:   python experiments/neubay_hopper_random/data_digest.py hopper-random-v5 | diff - <(jq . OUT/data_digest.json)
 #
-# Only metrics.jsonl, config.json and the log of each seed come back (a device call returns at most 8 files); they
-# are copied to OUT every 30 s, so a call cut off at its time limit still returns the curve so far.
+# Only metrics.jsonl, config.json and the log of each seed come back (a device call returns at most 8 files: two
+# seeds a call, with the digest and sent_commit.txt); they are copied to OUT every 30 s, so a call cut off at its
+# time limit still returns the curve so far.
 # STEPS (default 10000), DEVICE (default cuda) and EVAL_EVERY (default 2000) override the run's budget.
+# SENT_COMMIT (the commit of the tree sent, written into the command here: `SENT_COMMIT=$(git rev-parse --short
+# HEAD)`) goes to OUT/sent_commit.txt: a device's copy of .git can be older than the working tree it receives (seen
+# 2026-11-27: the runs recorded the session's first commit, "+dirty"), so the runs' own record is not enough.
 set -euo pipefail
 model=$1 out=$2
 shift 2
@@ -20,6 +25,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 runs=$(mktemp -d /tmp/neubay_seeds.XXXX)
 mkdir -p "$out"
+[ -n "${SENT_COMMIT:-}" ] && echo "$SENT_COMMIT" > "$out/sent_commit.txt"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" MPLBACKEND=Agg
 python3 -m ctrl_rl data generate --env Hopper-v5 --level random --no-progress
 python3 "$here/data_digest.py" hopper-random-v5 > "$out/data_digest.json"
