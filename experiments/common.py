@@ -61,6 +61,13 @@ def run_preset(preset: str, seed: int, total_steps: int, algo: str = "ppo", extr
     return rows, seconds
 
 
+def metrics_rate(rows: list[dict], key: str = "step") -> float:
+    """``key`` per second between a run's first and last ``metrics.jsonl`` rows (set-up before the first row and
+    work after the last are outside it)."""
+    first, last = rows[0], rows[-1]
+    return (last[key] - first[key]) / (last["wall_time"] - first["wall_time"])
+
+
 def git_commit() -> str:
     """The short commit of the checkout the scripts run from, ``+dirty`` when tracked files differ from it."""
     from ctrl_rl.core.provenance import git_commit as commit_of

@@ -46,6 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
 from common import AB_TREES, ROOT, ab_report_head, copy_rows, train, worktree, write_result  # noqa: E402
+from common import metrics_rate as rate  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 DATA = AB_TREES / "data"
@@ -73,11 +74,6 @@ def dataset_slice(src_id: str, rows: int) -> Path:
     copy_rows(src, tmp, rows)
     tmp.rename(dest)
     return dest
-
-
-def rate(rows: list[dict], key: str = "step") -> float:
-    first, last = rows[0], rows[-1]
-    return (last[key] - first[key]) / (last["wall_time"] - first["wall_time"])
 
 
 def ravl(tree: dict, a, seed: int, run_dir: Path) -> dict[str, float]:

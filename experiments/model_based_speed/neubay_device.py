@@ -26,6 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
+from common import metrics_rate  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {"cuda": ["--device", "cuda"], "cuda_bf16": ["--device", "cuda", "--bf16"],
             "cpu": ["--device", "cpu", "--threads", "0"]}
@@ -45,10 +48,9 @@ def run(args: argparse.Namespace, variant: str, seed: int, run_dir: Path) -> dic
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    first, last = rows[0], rows[-1]
-    rate = (last["step"] - first["step"]) / (last["wall_time"] - first["wall_time"])
-    return {"variant": variant, "seed": seed, "steps_per_s": rate, "wall_s": wall, "last_step": last["step"],
-            "losses": {k: last.get(k) for k in ("loss/critic", "loss/actor") if k in last}}
+    last = rows[-1]
+    return {"variant": variant, "seed": seed, "steps_per_s": metrics_rate(rows), "wall_s": wall,
+            "last_step": last["step"], "losses": {k: last.get(k) for k in ("loss/critic", "loss/actor") if k in last}}
 
 
 def markdown(p: dict) -> str:
