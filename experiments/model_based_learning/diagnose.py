@@ -18,7 +18,7 @@ dataset states (the simulator set to each from the dataset's ``infos/qpos``, ``i
 
     python experiments/model_based_learning/diagnose.py RUN [RUN ...] [--states 500] [--horizon 25] [--seed 0]
 
-Writes diagnose.{json,md,png} beside this script (``--name`` for another stem).
+Writes diagnose.{json,md,png} beside this script (``--name`` for another stem, ``--out`` for another folder).
 """
 
 from __future__ import annotations
@@ -147,22 +147,32 @@ def plot(p: dict, dest: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
+    names = [Path(r["run"]).name for r in p["runs"]]
+    distinct = len(set(names)) == len(names)  # run folders name the runs (mopo-s0, ...) unless two share a name
     for i, r in enumerate(p["runs"]):
         ts = [s["t"] for s in r["steps"]]
-        lab = f"{r['algo']} @{r['step']:,}"
+        lab = f"{names[i] if distinct else r['algo']} @{r['step']:,}"
         axes[0].plot(ts, [s["state_mse_std"] for s in r["steps"]], color=f"C{i}", label=lab)
         axes[1].plot(ts, [s["reward_abs_error"] for s in r["steps"]], color=f"C{i}", label=f"{lab} |error|")
         axes[1].plot(ts, [s["penalty"] for s in r["steps"]], "--", color=f"C{i}", label=f"{lab} penalty")
         axes[2].plot(ts, [s["rank_corr_unc_reward_error"] for s in r["steps"]], color=f"C{i}", label=lab)
         if r["rollout_length"]:
-            for ax in axes:
+            for ax in axes[:3]:
                 ax.axvline(r["rollout_length"], color="gray", ls=":", lw=0.8)
+        q = r["q_truth"]
+        axes[3].bar([2.5 * i, 2.5 * i + 1], [q["q_mean"], q["mc_target"]], color=f"C{i}",
+                    hatch=["", "//"], edgecolor="black", linewidth=0.5)
+    axes[3].set_xticks([2.5 * i + 0.5 for i in range(len(p["runs"]))],
+                       [f"{n if distinct else r['algo']}\nQ / G = {r['q_truth']['ratio_mean']:.2f}"
+                        for n, r in zip(names, p["runs"])], fontsize=7)
+    axes[3].set_title("critics' Q (plain) against the true value G (hatched)")
+    axes[3].grid(alpha=0.3, axis="y")
     axes[0].set_yscale("log")
     axes[0].set_title("model state error along the agent's rollouts (std units)")
     axes[1].set_title("reward: |model - simulator| and the penalty")
     axes[2].set_title("rank corr(uncertainty, reward error)")
-    for ax in axes:
+    for ax in axes[:3]:
         ax.set_xlabel("rollout step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -181,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--q-horizon", type=int, default=500, help="simulator steps of each true-value rollout")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="diagnose")
+    ap.add_argument("--out", type=Path, default=HERE, help="folder of the result files (default: beside this script)")
     a = ap.parse_args(argv)
     from ctrl_rl.storage.datasets import load_dataset
 
@@ -193,8 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
                "command": "python experiments/model_based_learning/diagnose.py " + " ".join(argv or sys.argv[1:]),
                "dataset": dataset, "states": a.states, "horizon": a.horizon, "runs": runs}
-    write_result(a.name, payload, markdown(payload), folder=HERE)
-    plot(payload, HERE / f"{a.name}.png")
+    write_result(a.name, payload, markdown(payload), folder=a.out)
+    plot(payload, a.out / f"{a.name}.png")
     return payload
 
 
