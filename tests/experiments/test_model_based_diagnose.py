@@ -70,3 +70,22 @@ def test_spearman_is_a_rank_correlation(diag):
     x = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert diag.spearman(x, x ** 3) == pytest.approx(1.0)
     assert diag.spearman(x, -x) == pytest.approx(-1.0)
+
+
+def test_markdown_and_plot_name_each_run_and_show_q_against_the_truth(diag, tmp_path):
+    steps = [{"t": t, "alive": 4, "state_mse_std": 0.01 * t, "state_mse_std_median": 0.01 * t,
+              "reward_abs_error": 0.1, "reward_model": 1.0, "reward_true": 0.9, "uncertainty": 0.2, "penalty": 0.2,
+              "rank_corr_unc_reward_error": 0.5, "rank_corr_unc_state_error": 0.5, "terminated_true": 0.0}
+             for t in (1, 2, 3)]
+    q = {"q_mean": 120.0, "mc_target": 80.0, "ratio_mean": 1.5, "corr_q_mc": 0.6, "states": 4, "horizon": 10,
+         "mean_length": 9.0, "terminated_within": 1.0}
+    runs = [{"run": f"/runs/mopo-s{s}", "algo": "mopo", "step": 1000, "model": "/runs/dynamics", "rollout_length": 2,
+             "penalty": 1.0, "penalty_kind": "aleatoric", "steps": steps, "q_truth": q, "commit": "abc"}
+            for s in (0, 1)]
+    payload = {"command": "diagnose.py", "date": "2026-11-27", "dataset": "d", "states": 4, "horizon": 3,
+               "runs": runs}
+    md = diag.markdown(payload)
+    assert "/runs/mopo-s0" in md and "/runs/mopo-s1" in md and "Q / G = 1.50" in md
+    dest = tmp_path / "d.png"
+    diag.plot(payload, dest)
+    assert dest.stat().st_size > 10_000
