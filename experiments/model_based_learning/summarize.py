@@ -109,7 +109,8 @@ def plot(payload: dict, path: Path) -> None:
             for run in runs.values():
                 ax.plot(run["steps"], run["scores"], color=color, alpha=0.35, lw=0.8)
             agg = d["aggregate"]["final"].get(method)
-            label = f"{method} ({len(runs)} seeds" + (f", final IQM {agg['iqm']:.1f})" if agg else ")")
+            seeds = f"{len(runs)} seed{'' if len(runs) == 1 else 's'}"
+            label = f"{method} ({seeds}" + (f", final IQM {agg['iqm']:.1f})" if agg else ")")
             # the mean over the seeds that evaluated at each step (a run still going contributes where it got to)
             steps = sorted({t for r in runs.values() for t in r["steps"]})
             at = [[sc for r in runs.values() for t2, sc in zip(r["steps"], r["scores"]) if t2 == t] for t in steps]
