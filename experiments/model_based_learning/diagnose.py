@@ -149,10 +149,11 @@ def plot(p: dict, dest: Path) -> None:
 
     fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     names = [Path(r["run"]).name for r in p["runs"]]
-    distinct = len(set(names)) == len(names)  # run folders name the runs (mopo-s0, ...) unless two share a name
+    if len(set(names)) < len(names):  # run folders name the runs (mopo-s0, ...) unless two share a name
+        names = [r["algo"] for r in p["runs"]]
     for i, r in enumerate(p["runs"]):
         ts = [s["t"] for s in r["steps"]]
-        lab = f"{names[i] if distinct else r['algo']} @{r['step']:,}"
+        lab = f"{names[i]} @{r['step']:,}"
         axes[0].plot(ts, [s["state_mse_std"] for s in r["steps"]], color=f"C{i}", label=lab)
         axes[1].plot(ts, [s["reward_abs_error"] for s in r["steps"]], color=f"C{i}", label=f"{lab} |error|")
         axes[1].plot(ts, [s["penalty"] for s in r["steps"]], "--", color=f"C{i}", label=f"{lab} penalty")
@@ -164,8 +165,8 @@ def plot(p: dict, dest: Path) -> None:
         axes[3].bar([2.5 * i, 2.5 * i + 1], [q["q_mean"], q["mc_target"]], color=f"C{i}",
                     hatch=["", "//"], edgecolor="black", linewidth=0.5)
     axes[3].set_xticks([2.5 * i + 0.5 for i in range(len(p["runs"]))],
-                       [f"{n if distinct else r['algo']}\nQ / G = {r['q_truth']['ratio_mean']:.2f}"
-                        for n, r in zip(names, p["runs"])], fontsize=7)
+                       [f"{n}\nQ / G = {r['q_truth']['ratio_mean']:.2f}" for n, r in zip(names, p["runs"])],
+                       fontsize=7)
     axes[3].set_title("critics' Q (plain) against the true value G (hatched)")
     axes[3].grid(alpha=0.3, axis="y")
     axes[0].set_yscale("log")
