@@ -15,6 +15,10 @@ dataset states (the simulator set to each from the dataset's ``infos/qpos``, ``i
 2. **Penalty scale.** The agent's penalty weight times the uncertainty, against the model's reward, per step.
 3. **Q against the truth.** ``experiments/edge_of_reach/q_truth.py``'s measurement on the same states: the critics'
    Q at (s, a ~ pi) over the Monte Carlo value of the policy in the real simulator.
+4. **The critics' spread along the rollouts.** At each rollout step's start state s_(t-1) and the policy's action:
+   the critics' mean, and how far their minimum lies below it (what a target's minimum over the ensemble, RAVL's
+   pessimism, takes off). Row t = k + 1 is the state a k-step rollout ends in: bootstrapped from, never trained
+   from (the edge of reach).
 
     python experiments/model_based_learning/diagnose.py RUN [RUN ...] [--states 500] [--horizon 25] [--seed 0]
 
@@ -56,9 +60,11 @@ def rollout_error(algo, model, true_env, term_fn, obs_std: torch.Tensor, horizon
     alive = torch.ones(n, dtype=torch.bool)  # [N] neither the simulator nor the model has ended the rollout
     elites = model.elites
     rows = []
+    critics = hasattr(algo, "q") and hasattr(algo, "critic")  # the SAC family (mopo, ravl, mbpo)
     for t in range(1, horizon + 1):
         with torch.no_grad():
             act = algo.act(obs_model, deterministic=False)  # [N,A]
+            q = algo.q(algo.critic, algo.encode(obs_model), act) if critics else None  # [E,N] at s_(t-1)
             members = elites[torch.randint(elites.numel(), (n,), generator=gen)]  # [N]
             pred = model.predict(obs_model, act, members, sample=True, generator=gen)
         out = true_env.step(act)
@@ -78,6 +84,11 @@ def rollout_error(algo, model, true_env, term_fn, obs_std: torch.Tensor, horizon
                          "rank_corr_unc_state_error": spearman(unc[a], err[a]),
                          "terminated_true": float(out.terminated[a].float().mean()),
                          "terminated_model": float(m_term[a].float().mean())})
+            if q is not None:
+                qa = q[:, a].double()  # [E,n]
+                rows[-1].update({"q_mean": float(qa.mean()),
+                                 "q_mean_minus_min": float((qa.mean(0) - qa.min(0).values).mean()),
+                                 "q_member_std": float(qa.std(0).mean()) if qa.shape[0] > 1 else 0.0})
         alive = alive & ~out.terminated & ~out.truncated & ~m_term
         obs_model = pred.next_obs
     return rows
@@ -128,15 +139,17 @@ def markdown(p: dict) -> str:
                   f"Critics' Q {q['q_mean']:.1f} against the policy's true value G {q['mc_target']:.1f} "
                   f"(**Q / G = {q['ratio_mean']:.2f}**, corr {q['corr_q_mc']:.2f}).", "",
                   "| t | alive | state MSE (std units) | median | reward error | model reward | true reward | "
-                  "uncertainty | penalty | rank corr(unc, reward err) | rank corr(unc, state err) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "uncertainty | penalty | rank corr(unc, reward err) | rank corr(unc, state err) | "
+                  "critics' Q at s_(t-1) | mean - min over critics |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in r["steps"]:
             if s["t"] <= 10 or s["t"] % 5 == 0:
-                mark = " (k)" if s["t"] == k else ""
+                mark = " (k)" if s["t"] == k else " (edge)" if k and s["t"] == k + 1 else ""
                 lines.append(f"| {s['t']}{mark} | {s['alive']} | {s['state_mse_std']:.4f} | "
                              f"{s['state_mse_std_median']:.4f} | {s['reward_abs_error']:.3f} | {s['reward_model']:.3f}"
                              f" | {s['reward_true']:.3f} | {s['uncertainty']:.3f} | {s['penalty']:.3f} | "
-                             f"{s['rank_corr_unc_reward_error']:.2f} | {s['rank_corr_unc_state_error']:.2f} |")
+                             f"{s['rank_corr_unc_reward_error']:.2f} | {s['rank_corr_unc_state_error']:.2f} | "
+                             f"{s.get('q_mean', float('nan')):.1f} | {s.get('q_mean_minus_min', float('nan')):.2f} |")
         lines.append("")
     return "\n".join(lines)
 

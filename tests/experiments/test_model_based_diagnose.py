@@ -66,6 +66,29 @@ def test_error_compounds_along_the_rollout_and_ended_rollouts_stop_counting(diag
     assert rows[1]["terminated_true"] == pytest.approx(0.25)
 
 
+class Critics(Policy):
+    """Three critics at (s, a): Q_i = s[0] + i (i = 0, 1, 2), so their mean is s[0] + 1, their minimum s[0]."""
+
+    critic = None
+
+    def encode(self, obs):
+        return obs
+
+    def q(self, net, f, a):
+        return torch.stack([f[:, 0] + i for i in range(3)])  # [E,N]
+
+
+def test_the_critics_spread_is_measured_at_each_steps_start_state(diag):
+    rows = diag.rollout_error(Critics(), Model(), Sim(), None, torch.tensor([1.0, 0.5]), 3, 0.0, "aleatoric",
+                              torch.Generator().manual_seed(0))
+    # the model's state at step t's start is 1.1 (t - 1) in every dimension
+    for r, t in zip(rows, (1, 2, 3)):
+        assert r["q_mean"] == pytest.approx(1.1 * (t - 1) + 1)
+        assert r["q_mean_minus_min"] == pytest.approx(1.0) and r["q_member_std"] == pytest.approx(1.0)
+    assert "q_mean" not in diag.rollout_error(Policy(), Model(), Sim(), None, torch.tensor([1.0, 0.5]), 1, 0.0,
+                                              "aleatoric", torch.Generator().manual_seed(0))[0]
+
+
 def test_spearman_is_a_rank_correlation(diag):
     x = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert diag.spearman(x, x ** 3) == pytest.approx(1.0)
