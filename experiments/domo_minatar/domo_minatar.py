@@ -21,7 +21,8 @@ training episode return against frames (one MinAtar step is one frame); the fina
 the episodes that ended in the last 10% of the frames that every run has reached (equal frames, also when the study
 is only partly done). Scores are normalized per game by random play (measured here, ``random_scores``) and by the
 best run: ``(score - random) / (best - random)``, so the best final score on a game is 1. rliable's IQM with 95%
-stratified-bootstrap CIs over games x seeds, and its probability of improvement of each variant over IMPALA.
+stratified-bootstrap CIs over games x seeds, and its probability of improvement of each variant over IMPALA, over the
+games where some variant learned (``LEARNED_D``; the others are listed, not aggregated).
 
     python experiments/domo_minatar/domo_minatar.py --jobs 2                   # the study (resumable)
     python experiments/domo_minatar/domo_minatar.py --dry-run                  # the commands
@@ -52,6 +53,10 @@ PAPER_FRAMES = 5_000_000  # MinAtar (Young & Tian 2019): 5M frames per game for 
 GAMES = ("Breakout", "Asterix", "SpaceInvaders")  # the issue's three; --games all adds Freeway and Seaquest
 ALL_GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
 TAIL = 0.1  # the final score: the episodes that ended in the last 10% of the frames
+# A game enters the aggregate only where some variant learned: its mean final score over seeds lies at least this many
+# standard deviations of random play's episode returns above random play's mean (Cohen's d 0.5). Where every run is
+# at random play's level, (score - random) / (best - random) divides noise by noise and would swamp the IQM.
+LEARNED_D = 0.5
 
 # Every variant: (algorithm, its own flags). Everything else is SHARED.
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -180,13 +185,14 @@ def random_score(game: str, steps: int, num_envs: int = 16, seed: int = 12345) -
         ret[done] = 0.0
     env.close()
     mean = sum(finished) / len(finished) if finished else float("nan")
-    return {"return": mean, "episodes": len(finished), "steps": max(1, steps // num_envs) * num_envs}
+    std = (sum((x - mean) ** 2 for x in finished) / len(finished)) ** 0.5 if finished else float("nan")
+    return {"return": mean, "std": std, "episodes": len(finished), "steps": max(1, steps // num_envs) * num_envs}
 
 
 def random_scores(games: list[str], steps: int, cache: Path) -> dict[str, dict]:
     """Random play per game, measured once and kept in ``cache`` (so that every summary normalizes alike)."""
     known = json.loads(cache.read_text()) if cache.is_file() else {}
-    missing = [g for g in games if g not in known]
+    missing = [g for g in games if "std" not in known.get(g, {})]  # the spread is measured since 2026-11-27
     for g in missing:
         known[g] = random_score(g, steps)
         print(f"random play, {g}: {known[g]['return']:.3f} over {known[g]['episodes']} episodes", flush=True)
@@ -272,23 +278,26 @@ def summarize(a: argparse.Namespace) -> dict:
                          if g not in games or s not in seeds},
         "commit": runs_commit(dirs) if dirs else None,
     }
-    normalized: dict[str, list[list[float]]] = {v: [[0.0] * len(games) for _ in seeds] for v in a.variants}
-    for j, game in enumerate(games):
+    for game in games:
         scored = [runs[game, v, s]["final"] for v in a.variants for s in seeds]
         best = max((x for x in scored if x is not None), default=float("nan"))
-        low = rand[game]["return"]
+        low, spread = rand[game]["return"], rand[game]["std"]
+        finals = {v: [x for s in seeds if (x := runs[game, v, s]["final"]) is not None] for v in a.variants}
+        best_mean = max((sum(xs) / len(xs) for xs in finals.values() if xs), default=float("nan"))
         span = max(best - low, 1e-8)  # the best run at random play's level: every score normalizes to 0
-        g: dict = {"random": low, "best": best, "variants": {}}
+        g: dict = {"random": low, "random_std": spread, "best": best, "best_variant_mean": best_mean,
+                   "learned": bool(best_mean - low > LEARNED_D * spread), "variants": {}}
         for v in a.variants:
-            per_seed = {}
-            for i, s in enumerate(seeds):
-                r = runs[game, v, s]
-                norm = (r["final"] - low) / span if r["final"] is not None else 0.0
-                normalized[v][i][j] = norm
-                per_seed[str(s)] = r | {"normalized": norm}
-            g["variants"][v] = per_seed
+            g["variants"][v] = {str(s): runs[game, v, s] | {"normalized": (runs[game, v, s]["final"] - low) / span
+                                                            if runs[game, v, s]["final"] is not None else 0.0}
+                                for s in seeds}
         payload["per_game"][game] = g
-    if games:
+    learned = [g for g in games if payload["per_game"][g]["learned"]]
+    payload["aggregated_games"] = learned
+    payload["not_learned"] = [g for g in games if g not in learned]
+    normalized = {v: [[payload["per_game"][g]["variants"][v][str(s)]["normalized"] for g in learned] for s in seeds]
+                  for v in a.variants}  # [seeds][games that some variant learned]
+    if learned:
         payload["normalized"] = normalized
         payload["aggregate"] = iqm_ci(normalized)
         pairs = {f"{v} > {BASELINE}": (normalized[v], normalized[BASELINE])
@@ -321,8 +330,16 @@ def markdown(p: dict) -> str:
                       f"{fmt(sum(ok) / len(ok) if ok else None)} | {norms} | "
                       f"{median([s['sps_median'] for s in seeds.values() if s['sps_median']]) or 0:,.0f} | "
                       f"{fmt(median([s['lag_mean'] for s in seeds.values() if s['lag_mean'] is not None]))} |")
+    if p.get("not_learned"):
+        left = "; ".join(f"{g}: best variant's mean {p['per_game'][g]['best_variant_mean']:.2f}, random play "
+                         f"{p['per_game'][g]['random']:.2f} (std {p['per_game'][g]['random_std']:.2f})"
+                         for g in p["not_learned"])
+        md += ["", f"Left out of the aggregate: {', '.join(p['not_learned'])}. No variant's mean final score lies "
+               f"{LEARNED_D} standard deviations of random play's episode returns above random play ({left}), so "
+               "its normalized scores would divide noise by noise."]
     if p["aggregate"]:
-        md += ["", "IQM of the normalized scores over games x seeds (rliable, 95% stratified-bootstrap CI):", "",
+        md += ["", f"IQM of the normalized scores over games ({', '.join(p['aggregated_games'])}) x seeds "
+               "(rliable, 95% stratified-bootstrap CI):", "",
                "| variant | IQM | 95% CI |", "|---|---|---|"]
         md += [f"| {v} | {x['iqm']:.3f} | [{x['ci95'][0]:.3f}, {x['ci95'][1]:.3f}] |"
                for v, x in p["aggregate"].items()]

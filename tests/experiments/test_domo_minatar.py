@@ -67,7 +67,7 @@ def fabricate(runs, game, variant, seed, frames=FRAMES, commit="abc1234"):
 def args(mod, tmp_path, *extra):
     runs = tmp_path / "runs"
     runs.mkdir(exist_ok=True)
-    (runs / "random_scores.json").write_text(json.dumps({g: {"return": r, "episodes": 50, "steps": 1000}
+    (runs / "random_scores.json").write_text(json.dumps({g: {"return": r, "std": 1.0, "episodes": 50, "steps": 1000}
                                                          for g, r in RANDOM.items()}))
     return mod.parse_args(["--games", *GAMES, "--frames", str(FRAMES), "--runs-dir", str(runs),
                            "--results-dir", str(tmp_path / "out"), *extra])
@@ -148,6 +148,28 @@ def test_summary_normalizes_by_random_and_the_best_run(mod, tmp_path):
     assert (tmp_path / "out/domo_minatar.png").stat().st_size > 1000
 
 
+def test_a_game_no_variant_learned_is_left_out_of_the_aggregate(mod, tmp_path, monkeypatch):
+    a = args(mod, tmp_path)
+    # on Asterix every run ends within 0.3 of random play's 1.0 (std 1.0): below LEARNED_D = 0.5 of a std
+    monkeypatch.setattr(mod, "final_score", lambda rows, frames: rows[-1]["episode_return"])
+    for g in GAMES:
+        for v in mod.VARIANTS:
+            for s in (0, 1, 2):
+                d = fabricate(a.runs_dir, g, v, s)
+                if g == "Asterix":
+                    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+                    rows[-1]["episode_return"] = 1.0 + 0.1 * s
+                    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = mod.summarize(a)
+    assert p["games"] == GAMES and p["aggregated_games"] == ["Breakout"] and p["not_learned"] == ["Asterix"]
+    assert p["per_game"]["Asterix"]["learned"] is False and p["per_game"]["Breakout"]["learned"] is True
+    assert p["per_game"]["Asterix"]["best_variant_mean"] == pytest.approx(1.1)
+    assert len(p["normalized"]["impala"]) == 3 and all(len(row) == 1 for row in p["normalized"]["impala"])
+    assert p["normalized"]["domo-k0.9"][2] == [pytest.approx(1.0)]  # Breakout's best run
+    md = (tmp_path / "out/domo_minatar.md").read_text()
+    assert "Left out of the aggregate: Asterix." in md and "over games (Breakout) x seeds" in md
+
+
 def test_an_unfinished_run_leaves_its_cells_out_of_the_comparison(mod, tmp_path):
     a = args(mod, tmp_path)
     for g in GAMES:
@@ -178,5 +200,6 @@ def test_random_play_is_measured_through_the_env(mod):
     pytest.importorskip("minatar")
     r = mod.random_score("Breakout", steps=640, num_envs=8, seed=0)
     assert r["steps"] == 640 and r["episodes"] > 10  # a random Breakout episode lasts about 10 steps
+    assert 0 < r["std"] < 5  # its returns: 0 to a few bricks
     assert 0 <= r["return"] < 2
     assert mod.random_score("Breakout", steps=640, num_envs=8, seed=0) == r  # seeded
