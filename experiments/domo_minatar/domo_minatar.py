@@ -288,9 +288,11 @@ def summarize(a: argparse.Namespace) -> dict:
         g: dict = {"random": low, "random_std": spread, "best": best, "best_variant_mean": best_mean,
                    "learned": bool(best_mean - low > LEARNED_D * spread), "variants": {}}
         for v in a.variants:
-            g["variants"][v] = {str(s): runs[game, v, s] | {"normalized": (runs[game, v, s]["final"] - low) / span
-                                                            if runs[game, v, s]["final"] is not None else 0.0}
-                                for s in seeds}
+            g["variants"][v] = {}
+            for s in seeds:
+                r = runs[game, v, s]
+                norm = (r["final"] - low) / span if r["final"] is not None else 0.0
+                g["variants"][v][str(s)] = r | {"normalized": norm}
         payload["per_game"][game] = g
     learned = [g for g in games if payload["per_game"][g]["learned"]]
     payload["aggregated_games"] = learned

@@ -148,10 +148,10 @@ def test_summary_normalizes_by_random_and_the_best_run(mod, tmp_path):
     assert (tmp_path / "out/domo_minatar.png").stat().st_size > 1000
 
 
-def test_a_game_no_variant_learned_is_left_out_of_the_aggregate(mod, tmp_path, monkeypatch):
+def test_a_game_no_variant_learned_is_left_out_of_the_aggregate(mod, tmp_path):
     a = args(mod, tmp_path)
-    # on Asterix every run ends within 0.3 of random play's 1.0 (std 1.0): below LEARNED_D = 0.5 of a std
-    monkeypatch.setattr(mod, "final_score", lambda rows, frames: rows[-1]["episode_return"])
+    # on Asterix every run ends within 0.2 of random play's 1.0 (std 1.0): below LEARNED_D = 0.5 of a std. The last
+    # row is the only one in the final 10% of the frames, so it is the run's final score.
     for g in GAMES:
         for v in mod.VARIANTS:
             for s in (0, 1, 2):
