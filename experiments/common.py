@@ -12,6 +12,7 @@ imports this module after putting ``experiments/`` on ``sys.path``::
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -432,6 +434,59 @@ def parse_deadline(text: str | None, now: datetime.datetime) -> datetime.datetim
         raise SystemExit(f"--deadline {text!r} is neither +<hours>h, +<minutes>m nor an ISO time: expected e.g. +6h, "
                          "+90m or 2026-11-26T18:00") from None
     return t if t.tzinfo is not None else t.astimezone()
+
+
+# ---- runs kept in the repository ----------------------------------------------------------------------------------
+# The machine a study runs on can be replaced between sessions, and its run directories with it (checkpoints, logs).
+# A study keeps the records of its runs (config and logs: small text) in its own folder, ``experiments/<study>/kept/
+# <run>/<file>.gz``, committed with its results: its summary reads a kept copy where the run directory is gone, and
+# its runner counts a kept run that reached the budget as done instead of running it again.
+
+def keep_run(run_dir: Path, kept: Path, names: tuple[str, ...] = ("config.json", "metrics.jsonl")) -> None:
+    """Copy ``run_dir``'s files ``names`` (those it has) into ``kept`` as ``<name>.gz``."""
+    for name in names:
+        if (run_dir / name).is_file():
+            write_gz(kept / f"{name}.gz", (run_dir / name).read_bytes())
+
+
+def write_gz(path: Path, data: bytes) -> None:
+    """``data`` gzipped into ``path`` (atomically). The bytes depend only on ``data`` (no time in the gzip header), so
+    keeping an unchanged run again changes no file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        gz.write(data)
+    tmp.replace(path)
+
+
+def kept_rows(kept: Path, name: str = "metrics.jsonl") -> list[dict]:
+    """The JSON lines of a kept file (``[]`` when it was not kept)."""
+    p = kept / f"{name}.gz"
+    if not p.is_file():
+        return []
+    return [json.loads(x) for x in gzip.decompress(p.read_bytes()).decode().splitlines() if x.strip()]
+
+
+def kept_step(kept: Path) -> int:
+    """The last ``step`` a kept run logged (0 when none was kept)."""
+    return max((int(r["step"]) for r in kept_rows(kept) if "step" in r), default=0)
+
+
+def read_dir(run_dir: Path, kept: Path) -> Path:
+    """The folder to read a run's records from: ``run_dir`` while it has a ``metrics.jsonl`` (the live run); else its
+    kept copy (``unpack_kept``); else ``run_dir`` (nothing to read)."""
+    if (run_dir / "metrics.jsonl").is_file() or not (kept / "metrics.jsonl.gz").is_file():
+        return run_dir
+    return unpack_kept(kept)
+
+
+def unpack_kept(kept: Path) -> Path:
+    """``kept``'s files unpacked under their own names into a temporary folder with ``kept``'s name (the run's)."""
+    dest = Path(tempfile.mkdtemp(prefix="ctrl_rl_kept_")) / kept.name
+    dest.mkdir()
+    for gz in kept.glob("*.gz"):
+        (dest / gz.name[: -len(".gz")]).write_bytes(gzip.decompress(gz.read_bytes()))
+    return dest
 
 
 def load_module(path: Path, name: str):

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from ctrl_rl import __version__
 
-RESULT_SUFFIXES = (".json", ".md", ".png", ".csv", ".txt")
+RESULT_SUFFIXES = (".json", ".md", ".png", ".csv", ".txt", ".gz")  # .gz: the kept records of runs
 
 
 def is_result_file(path: str) -> bool:
-    """A study's or benchmark's result file (``experiments/<study>/`` JSON, Markdown, PNG, CSV or text; presets and
-    scripts are code): a benchmark that continues from its own results file rewrites it while it runs, which does
-    not change the code a run ran."""
+    """A study's or benchmark's result file (``experiments/<study>/`` JSON, Markdown, PNG, CSV, text, or the kept
+    records of a run, ``kept/<run>/*.gz``; presets and scripts are code): a benchmark that continues from its own
+    results file rewrites it while it runs, which does not change the code a run ran."""
     return (path.startswith("experiments/") and not path.startswith("experiments/presets/")
             and path.endswith(RESULT_SUFFIXES))
 

@@ -13,7 +13,11 @@ threads), so that the training speed reads as a fraction of it, as for HalfCheet
 
 Runs live in ``<runs-dir>/<task>-s<seed>``; calling the script again continues each run with ``--resume`` up to
 ``--steps`` (an interrupted run loses at most the iterations since its last checkpoint). ``--time-limit`` stops the
-training process after that many seconds of the invocation (the short check of a machine).
+training process after that many seconds of the invocation (the short check of a machine). Every summary keeps each
+run's ``config.json``, ``metrics.jsonl`` and ``evals.jsonl`` (and the raw measurements) in ``kept/`` beside this
+script (gzip, committed with the results): where a run directory is gone (the study moved to another machine), the
+summary reads the kept copy, and a kept run at ``--steps`` counts as done; a kept run short of it starts over (its
+checkpoint went with the machine) and replaces the kept copy once it has gone further.
 
     python experiments/playground_learning/playground_learning.py --task go1 --seeds 0 1 2 --steps 20000000
     python experiments/playground_learning/playground_learning.py --task panda --seeds 0 1 2 --steps 20000000
@@ -37,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, iqm_ci, runs_commit, write_result  # noqa: E402
+from common import ROOT, iqm_ci, keep_run, kept_rows, kept_step, runs_commit, unpack_kept, write_gz, write_result  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 
@@ -144,6 +148,13 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
+KEEP = ("config.json", "metrics.jsonl", "evals.jsonl")
+
+
+def kept_dir(name: str) -> Path:
+    return RESULTS / "kept" / name
+
+
 def steps_done(run_dir: Path) -> int:
     rows = read_jsonl(run_dir / "metrics.jsonl")
     return int(rows[-1]["step"]) if rows else 0
@@ -190,6 +201,9 @@ def run(args: argparse.Namespace) -> None:
                   f"({time.perf_counter() - t0:.0f} s with building the pool)", flush=True)
         for seed in args.seeds:
             run_dir = runs / f"{task}-s{seed}"
+            if not run_dir.exists() and kept_step(kept_dir(run_dir.name)) >= args.steps:
+                print(f"{run_dir.name}: complete in its kept copy ({kept_dir(run_dir.name)})", flush=True)
+                continue
             if not args.dry_run and steps_done(run_dir) >= args.steps:
                 evaluate_new_checkpoint(task, run_dir, args.eval_episodes)
                 continue
@@ -221,14 +235,24 @@ def summarize(args: argparse.Namespace) -> None:
     md = ["# MuJoCo Playground learning study (PPO, envpool, CPU)", ""]
     dirs = []
     for task, meta in TASKS.items():
-        seeds = sorted(runs.glob(f"{task}-s*"))
-        if not seeds:
+        names = sorted({d.name for d in [*runs.glob(f"{task}-s*"), *(RESULTS / "kept").glob(f"{task}-s*")]})
+        if not names:
             continue
-        dirs += seeds
         p = preset(task)
-        raw = [r["sps"] for r in read_jsonl(runs / f"raw_{task}.jsonl")]
+        raw_rows = {r["time"]: r for r in kept_rows(RESULTS / "kept", f"raw_{task}.jsonl")}
+        raw_rows.update({r["time"]: r for r in read_jsonl(runs / f"raw_{task}.jsonl")})
+        if raw_rows:
+            write_gz(RESULTS / "kept" / f"raw_{task}.jsonl.gz",
+                     "".join(json.dumps(r) + "\n" for _, r in sorted(raw_rows.items())).encode())
+        raw = [r["sps"] for _, r in sorted(raw_rows.items())]
         per_seed = {}
-        for d in seeds:
+        for name in names:
+            d, kept = runs / name, kept_dir(name)
+            if steps_done(d) >= kept_step(kept) and steps_done(d) > 0:
+                keep_run(d, kept, KEEP)  # the live run has gone at least as far as the kept copy
+            else:
+                d = unpack_kept(kept)  # the kept copy went further (an earlier machine)
+            dirs.append(d)
             rows = [r for r in read_jsonl(d / "metrics.jsonl")]
             evals = read_jsonl(d / "evals.jsonl")
             sps = [r["sps"] for r in rows[len(rows) // 10:]]  # past the first tenth (start-up)

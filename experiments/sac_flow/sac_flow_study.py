@@ -12,9 +12,11 @@ Per seed K and variant V, in ``--runs-dir`` (default runs/sac_flow_study), run `
 each with --steps env steps, a deterministic evaluation (--eval-episodes episodes) at step 0 and every --eval-every
 env steps, a checkpoint with its replay buffer (--save-replay) at every evaluation, and one torch thread.
 
-Calling the script again skips complete runs (a checkpoint at the budget) and resumes the others from their last
-checkpoint (`--resume`; a larger --steps extends finished runs). Ctrl-C or SIGTERM stops the running runs (they resume
-from their last checkpoint: at most --eval-every steps are lost). With ``--deadline`` a run starts only when its
+Calling the script again skips complete runs (a checkpoint at the budget, or where the run directory is gone, the
+copy of its records the summary kept in ``<out-dir>/kept/``: a study can continue on another machine) and resumes
+the others from their last checkpoint (`--resume`; a larger --steps extends finished runs).
+Ctrl-C or SIGTERM stops the running runs (they resume from their last checkpoint: at most --eval-every steps are
+lost). With ``--deadline`` a run starts only when its
 estimated time ends before the deadline: steps left / the run's own rate after its warm-up, else the median rate of
 the variant's other runs here, else the variant's rate from the 50k-step reading (README, "Cost"), stretched by
 MARGIN, plus the compile time of a flow. Runs go seed by seed, the longest (Flow-T) first, so that whatever has
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, load_module, parse_deadline  # noqa: E402
+from common import ROOT, kept_step, load_module, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 MARGIN = 1.15  # estimates are stretched by this much before they are compared with the deadline
@@ -95,6 +97,16 @@ def checkpoint_step(d: Path) -> int | None:
     from ctrl_rl.learn.checkpoint import load_checkpoint
 
     return int(load_checkpoint(p)["counters"]["step"])
+
+
+def complete_at(job: Job, a: argparse.Namespace) -> str | None:
+    """How ``job`` is complete, None while it is not: its checkpoint reached the budget, or (no checkpoint: its run
+    directory was on another machine) the copy the summary kept in ``<out-dir>/kept/`` did."""
+    step = checkpoint_step(job.path)
+    if step is not None:
+        return f"at step {step:,}" if step >= a.steps else None
+    kept = kept_step(a.out_dir.resolve() / "kept" / job.name)
+    return f"at step {kept:,} (kept copy)" if kept >= a.steps else None
 
 
 def command(job: Job, a: argparse.Namespace) -> list[str]:
@@ -164,9 +176,9 @@ def launch(jobs: list[Job], a: argparse.Namespace, runs: Path, deadline: datetim
         while (pending or running) and _STOP["signal"] is None:
             while pending and len(running) < a.jobs and _STOP["signal"] is None:
                 job = pending.pop(0)
-                step = checkpoint_step(job.path)
-                if step is not None and step >= a.steps:
-                    print(f"[done] {job.name}: complete at step {step:,}", flush=True)
+                how = complete_at(job, a)
+                if how is not None:
+                    print(f"[done] {job.name}: complete {how}", flush=True)
                     state[job.name] = "done"
                     continue
                 if deadline is not None:
@@ -270,8 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     jobs = study_jobs(a.task, a.variants, a.seeds, runs)
     if a.dry_run:
         for job in jobs:
-            step = checkpoint_step(job.path)
-            print(f"# complete: {job.name}" if step is not None and step >= a.steps else shlex.join(command(job, a)))
+            print(f"# complete: {job.name}" if complete_at(job, a) is not None else shlex.join(command(job, a)))
         return
     deadline = parse_deadline(a.deadline, datetime.datetime.now().astimezone())
     runs.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,9 @@ commits the run recorded). Per run, on the evaluations up to the study's budget:
   with an evaluation every 5k, those at 90k, 95k and 100k);
 - **AUC**: the mean evaluation return over the run (trapezoids over steps 0 to the budget, divided by the budget).
 
+Every complete run's ``config.json`` and ``metrics.jsonl`` are kept in ``<out-dir>/kept/<run>/`` (gzip, committed with
+the results: ``common.keep_run``); a run whose directory is gone (another machine) is read from there.
+
 Aggregates over the complete runs: rliable's IQM with its 95% stratified-bootstrap CI per variant, and the
 probability of improvement P(X > Y) (Mann-Whitney over the seeds' runs) with its CI for every flow against every
 Gaussian variant (SAC; CrossQ when it ran), on both measures.
@@ -34,7 +37,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, git_commit, improvement_ci, improvement_seeds, iqm_ci, iqm_seeds, write_result  # noqa: E402
+from common import (  # noqa: E402
+    ROOT,
+    git_commit,
+    improvement_ci,
+    improvement_seeds,
+    iqm_ci,
+    iqm_seeds,
+    keep_run,
+    read_dir,
+    write_result,
+)
 
 RESULTS = Path(__file__).resolve().parent
 FLOWS = ("flow-g", "flow-t")
@@ -164,9 +177,15 @@ def summarize(runs_dir: Path, out_dir: Path = RESULTS, name: str = "sac_flow_stu
     runs: dict[str, dict[int, dict]] = {}
     for v in study["variants"]:
         for s in study["seeds"]:
-            r = read_run(runs_dir / f"{study['task']}-{v}-s{s}", study["steps"])
-            if r is not None:
-                runs.setdefault(v, {})[s] = r
+            live = runs_dir / f"{study['task']}-{v}-s{s}"
+            kept = out_dir / "kept" / live.name
+            r = read_run(read_dir(live, kept), study["steps"])
+            if r is None:
+                continue
+            r["kept"] = not (live / "metrics.jsonl").is_file()  # read from the kept copy
+            if r["complete"] and not r["kept"]:
+                keep_run(live, kept)
+            runs.setdefault(v, {})[s] = r
     aggregate = {}
     for v, rs in runs.items():
         done = [r for r in rs.values() if r["complete"]]

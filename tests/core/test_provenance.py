@@ -20,6 +20,7 @@ def git(root, *args):
 
 def test_result_files_are_told_from_code():
     assert is_result_file("experiments/fast_sac/fast_sac.json") and is_result_file("experiments/x/y.png")
+    assert is_result_file("experiments/sac_flow/kept/hopper-sac-s0/metrics.jsonl.gz")
     assert not is_result_file("experiments/fast_sac/fast_sac.py")
     assert not is_result_file("experiments/presets/fastsac-halfcheetah.json")  # a preset is code
     assert not is_result_file("ctrl_rl/data/behaviour/manifest.json") and not is_result_file("README.md")

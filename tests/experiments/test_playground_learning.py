@@ -4,6 +4,7 @@ experiments/playground_learning/playground_learning.py: each preset loads, match
 (on 8 envs: building envpool's pool costs about 0.1 s per env)."""
 
 import json
+import shutil
 
 import pytest
 
@@ -65,3 +66,13 @@ def test_study_script_trains_resumes_evaluates_and_summarizes(tmp_path, monkeypa
         assert len(out["raw_envpool_sps"]) == 2 and out["fraction_of_raw"] > 0
         assert out["final_iqm"]["return"]["seeds"] == 1 and out["seeds"]["panda-s0"]["steps"] == 128
         assert (tmp_path / "out/playground_learning.png").stat().st_size > 1000
+        # the machine replaced: the kept copies stand for the runs (done at 128, read by the summary)
+        kept = tmp_path / "out/kept"
+        assert {p.name for p in (kept / "panda-s0").iterdir()} == {"config.json.gz", "metrics.jsonl.gz",
+                                                                    "evals.jsonl.gz"}
+        shutil.rmtree(runs)
+        mod.main([*args, "--steps", "128", "--raw-steps", "0"])  # nothing to train: complete in its kept copy
+        assert not (runs / "panda-s0").exists()
+        again = json.loads((tmp_path / "out/playground_learning.json").read_text())["tasks"]["panda"]
+        assert again["seeds"]["panda-s0"]["evals"] == out["seeds"]["panda-s0"]["evals"]
+        assert again["raw_envpool_sps"] == out["raw_envpool_sps"]

@@ -5,6 +5,7 @@ where it can hold, fail, not separate, or not be answerable."""
 import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def summarize():
         yield mod
 
 
-def test_pipeline_end_to_end_then_skips_and_resumes(study, tmp_path, capsys):
+def test_pipeline_end_to_end_then_skips_and_resumes(study, summarize, tmp_path, capsys):
     runs, out = tmp_path / "runs", tmp_path / "out"
     base = ["--runs-dir", str(runs), "--out-dir", str(out), "--variants", "sac", "flow-g", *TINY]
     r = subprocess.run([sys.executable, str(SCRIPT), *base, "--jobs", "2"], capture_output=True, text=True, cwd=ROOT,
@@ -49,8 +50,11 @@ def test_pipeline_end_to_end_then_skips_and_resumes(study, tmp_path, capsys):
     p = json.loads((out / "sac_flow_study.json").read_text())
     assert (out / "sac_flow_study.png").stat().st_size > 0
     assert "## Claim" in (out / "sac_flow_study.md").read_text()
+    run_final = {}
     for v in ("sac", "flow-g"):
         run = p["runs"][v]["0"]
+        run_final[v] = run["final_return"]
+        assert not run["kept"]
         assert run["steps"] == [0, 100, 200] and run["complete"] and run["commit"]
         assert run["final_return"] == pytest.approx(run["returns"][-1])  # the last 10% of 200 steps: step 200 alone
         assert run["train_steps"] and run["auc"] is not None
@@ -65,6 +69,19 @@ def test_pipeline_end_to_end_then_skips_and_resumes(study, tmp_path, capsys):
     assert "--velocity decoded" in lines[0] and "--resume" not in lines[0]  # flow-t first: the longest
     assert f"train sac_flow --resume {runs / 'hopper-flow-g-s0'} --total-steps 300" in lines[1]
     assert "--velocity" not in lines[1] and "--flow-hidden" not in lines[1]
+    # the machine replaced: the run directories are gone; the kept copies count as done and the summary reads them
+    assert {p.name for p in (out / "kept" / "hopper-sac-s0").iterdir()} == {"config.json.gz", "metrics.jsonl.gz"}
+    kept = (out / "kept" / "hopper-sac-s0" / "metrics.jsonl.gz").read_bytes()
+    shutil.rmtree(runs)
+    study.main([*base, "--dry-run"])
+    assert capsys.readouterr().out.splitlines() == ["# complete: hopper-flow-g-s0", "# complete: hopper-sac-s0"]
+    runs.mkdir()
+    (runs / "study.json").write_text(json.dumps(p["study"]))
+    again = summarize.summarize(runs, out)
+    for v in ("sac", "flow-g"):
+        assert again["runs"][v]["0"]["kept"] and again["runs"][v]["0"]["final_return"] == run_final[v]
+        assert again["runs"][v]["0"]["commit"] == p["runs"][v]["0"]["commit"]
+    assert (out / "kept" / "hopper-sac-s0" / "metrics.jsonl.gz").read_bytes() == kept  # not rewritten
 
 
 def test_deadline_starts_nothing_that_cannot_finish(study, tmp_path, capsys):
