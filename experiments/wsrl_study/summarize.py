@@ -3,8 +3,10 @@ tested one by one (held / not held / not separated / not answerable).
 
 Reads ``<runs-dir>/study.json`` (the settings ``wsrl_study.py`` ran with) and its runs ``cql-sK``, ``wsrl-sK``,
 ``rlpd-sK``, ``retained-sK`` (metrics.jsonl: every evaluation; config.json: the commit the run recorded, its dataset,
-offline ratio and warm-up) and ``evalnoise-sK.json``. Scores are normalized with D4RL's reference returns (the
-scale WSRL reports; ``--refs local`` for the local v5 references), recomputed from the logged returns.
+offline ratio and warm-up) and ``evalnoise-sK.json``; complete runs and the evalnoise files are kept in
+``<out-dir>/kept/<name>/`` (gzip, committed) and read from there where the runs dir no longer has them. Scores are
+normalized with D4RL's reference returns (the scale WSRL reports; ``--refs local`` for the local v5 references),
+recomputed from the logged returns.
 
 The claims (WSRL, ICLR 2025; ALGORITHMS.md §1.5) and how each is judged:
 
@@ -39,7 +41,19 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, git_commit, improvement_ci, improvement_seeds, iqm_ci, iqm_seeds, write_result  # noqa: E402
+from common import (  # noqa: E402
+    ROOT,
+    git_commit,
+    improvement_ci,
+    improvement_seeds,
+    iqm_ci,
+    iqm_seeds,
+    keep_run,
+    kept_rows,
+    read_dir,
+    write_gz,
+    write_result,
+)
 
 RESULTS = Path(__file__).resolve().parent
 METHODS = ("cql", "wsrl", "rlpd", "retained")
@@ -217,14 +231,20 @@ def curve_bands(rs: dict[int, dict]) -> dict:
             "hi": [b["ci95"][1] for b in band], "seeds": [len(at[t]) for t in steps]}
 
 
-def noise_estimates(runs_dir: Path, seeds: list[int], episodes: int, scale: float | None) -> dict[int, dict]:
+def noise_estimates(runs_dir: Path, seeds: list[int], episodes: int, scale: float | None,
+                    kept: Path | None = None) -> dict[int, dict]:
     """Seed -> the pre-trained policy's episode-return std at other env seeds and the standard error (points) of an
-    evaluation's mean over ``episodes`` episodes."""
+    evaluation's mean over ``episodes`` episodes (each ``evalnoise-sK.json`` kept in ``kept`` as one JSON line, and
+    read from there where the file is gone)."""
     out = {}
     for s in seeds:
         p = runs_dir / f"evalnoise-s{s}.json"
-        if p.is_file():
-            rec = json.loads(p.read_text())
+        rec = json.loads(p.read_text()) if p.is_file() else None
+        if rec is not None and kept is not None:
+            write_gz(kept / f"{p.name}.gz", (json.dumps(rec) + "\n").encode())
+        elif rec is None and kept is not None:
+            rec = next(iter(kept_rows(kept, p.name)), None)
+        if rec is not None:
             se = rec["return_std"] / math.sqrt(episodes)
             out[s] = {"return_mean": rec["return_mean"], "return_std": rec["return_std"], "episodes": rec["episodes"],
                       "se_return": se, "se_points": se * scale if scale is not None else None}
@@ -246,10 +266,15 @@ def summarize(runs_dir: Path, out_dir: Path = RESULTS, refs: str = "d4rl", name:
     for m in METHODS:
         budget = study["pretrain_steps"] if m == "cql" else study["online_steps"]
         for s in study["seeds"]:
-            r = read_run(runs_dir / f"{m}-s{s}", m, budget, score)
-            if r is not None:
-                runs.setdefault(m, {})[s] = r
-    noise = noise_estimates(runs_dir, study["seeds"], study["eval_episodes"], scale)
+            live, kept = runs_dir / f"{m}-s{s}", out_dir / "kept" / name / f"{m}-s{s}"
+            r = read_run(read_dir(live, kept), m, budget, score)
+            if r is None:
+                continue
+            r["kept"] = not (live / "metrics.jsonl").is_file()  # read from the kept copy
+            if r["complete"] and not r["kept"]:
+                keep_run(live, kept)
+            runs.setdefault(m, {})[s] = r
+    noise = noise_estimates(runs_dir, study["seeds"], study["eval_episodes"], scale, out_dir / "kept" / name)
     claims = check_claims(runs, {s: n["se_points"] for s, n in noise.items()})
     commits = sorted({c for rs in runs.values() for r in rs.values() for c in (r["commit"], r["resumed_commit"]) if c})
     payload = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "summarized_at": git_commit(),

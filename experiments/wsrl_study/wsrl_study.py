@@ -20,9 +20,12 @@ critics), --online-steps env steps, an evaluation at online step 0 and every --e
 (`ctrl-rl data generate`; hopper-medium-replay-v5 re-runs the behaviour policy's 210k-step SAC training).
 
 Calling the script again skips complete runs and resumes interrupted ones from their last checkpoint (`--resume`,
-every evaluation); Ctrl-C or SIGTERM stops the runs at their last checkpoint. With ``--deadline`` a stage starts
-only when its estimated time (steps left / the rate its method ran at in this runs dir, else --pretrain-rate or
---online-rate) ends before the deadline. When nothing is left to launch the summary is written
+every evaluation). The summary keeps the records of every complete run (and the evalnoise files) in
+``<out-dir>/kept/<name>/`` (gzip, committed): where a run directory is gone (the study moved to another machine), the
+summary reads the kept copy and the runner counts it as done, a cql run only while every run that starts from it is
+done too (they need its checkpoint). Ctrl-C or SIGTERM stops the runs at their last checkpoint. With ``--deadline``
+a stage starts only when its estimated time (steps left / the rate its method ran at in this runs dir, else
+--pretrain-rate or --online-rate) ends before the deadline. When nothing is left to launch the summary is written
 (``summarize.py``); ``--summarize`` launches nothing and writes it from whatever has run.
 
     python experiments/wsrl_study/wsrl_study.py --seeds 0 1 2 --jobs 2 --deadline +10h
@@ -42,11 +45,11 @@ import statistics
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, Launcher, load_module, parse_deadline  # noqa: E402
+from common import ROOT, Launcher, kept_rows, kept_step, load_module, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ONLINE = ("wsrl", "rlpd", "retained")
@@ -63,6 +66,8 @@ class Job:
     budget: int  # gradient steps (cql) or env steps (online); 0 for evalnoise and data
     path: Path  # the run directory (evalnoise: its JSON file; data: the dataset file)
     dep: Job | None = None
+    kept: Path | None = None  # the copy of its records the summary keeps in the repository (a folder; evalnoise: .gz)
+    needed_by: list[Job] = field(default_factory=list)  # the jobs that start from this one's checkpoint (cql)
 
     @property
     def name(self) -> str:
@@ -83,17 +88,25 @@ class Job:
         return self.method == "cql" or self.method in ONLINE
 
 
-def study_jobs(seeds: list[int], runs: Path, pretrain: int, online: int, retained: bool) -> list[Job]:
+def study_jobs(seeds: list[int], runs: Path, pretrain: int, online: int, retained: bool,
+               kept: Path | None = None) -> list[Job]:
     """Per seed: cql, rlpd, evalnoise, wsrl (and retained), in that order; the scheduler starts the first job whose
-    dependency is done, so a whole seed tends to finish before the next seed's online runs."""
+    dependency is done, so a whole seed tends to finish before the next seed's online runs. ``kept``: the folder of
+    the kept copies (``<out-dir>/kept/<name>``)."""
+    def job(method: str, s: int, budget: int, name: str, dep: Job | None = None) -> Job:
+        j = Job(method, s, budget, runs / name, dep=dep,
+                kept=None if kept is None else kept / (f"{name}.gz" if method == "evalnoise" else name))
+        if dep is not None:
+            dep.needed_by.append(j)
+        return j
+
     jobs = []
     for s in seeds:
-        cql = Job("cql", s, pretrain, runs / f"cql-s{s}")
-        jobs += [cql, Job("rlpd", s, online, runs / f"rlpd-s{s}"),
-                 Job("evalnoise", s, 0, runs / f"evalnoise-s{s}.json", dep=cql),
-                 Job("wsrl", s, online, runs / f"wsrl-s{s}", dep=cql)]
+        cql = job("cql", s, pretrain, f"cql-s{s}")
+        jobs += [cql, job("rlpd", s, online, f"rlpd-s{s}"), job("evalnoise", s, 0, f"evalnoise-s{s}.json", cql),
+                 job("wsrl", s, online, f"wsrl-s{s}", cql)]
         if retained:
-            jobs.append(Job("retained", s, online, runs / f"retained-s{s}", dep=cql))
+            jobs.append(job("retained", s, online, f"retained-s{s}", cql))
     return jobs
 
 
@@ -108,12 +121,22 @@ def checkpoint_step(d: Path) -> int | None:
 
 
 def complete(job: Job) -> bool:
+    """The job has reached its budget: its checkpoint did, or (its run directory gone: the study moved to another
+    machine) its kept copy did. A kept cql run counts only while every run that starts from it is complete too: the
+    others need its checkpoint, which went with the machine."""
     if job.method == "evalnoise":  # of the cql run at its budget (a longer pre-training makes it stale)
-        return job.path.is_file() and json.loads(job.path.read_text()).get("step") == job.dep_budget
+        if job.path.is_file():
+            return json.loads(job.path.read_text()).get("step") == job.dep_budget
+        kept = kept_rows(job.kept.parent, job.kept.name[: -len(".gz")]) if job.kept is not None else []
+        return bool(kept) and kept[-1].get("step") == job.dep_budget
     if job.method == "data":
         return job.path.is_file()
     step = checkpoint_step(job.path)
-    return step is not None and step >= job.budget
+    if step is not None:
+        return step >= job.budget
+    if job.kept is None or job.path.exists() or kept_step(job.kept) < job.budget:
+        return False
+    return all(complete(j) for j in job.needed_by)
 
 
 def command(job: Job, a: argparse.Namespace, data: str) -> list[str]:
@@ -345,15 +368,16 @@ def main(argv: list[str] | None = None) -> None:
     if not a.dry_run:
         runs.mkdir(parents=True, exist_ok=True)
         signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        data = resolve_dataset(a, runs, launcher, deadline)
+    kept = a.out_dir.resolve() / "kept" / a.name
+    jobs = study_jobs(a.seeds, runs, a.pretrain_steps, a.online_steps, a.retained, kept)
+    try:  # every job kept complete (another machine ran them): no dataset to make
+        data = a.dataset if all(complete(j) for j in jobs) else resolve_dataset(a, runs, launcher, deadline)
         if not a.dry_run:
             (runs / "study.json").write_text(json.dumps(study_record(a, data, this), indent=2) + "\n")
         if data is None:
             print(f"[skip] every run: dataset {a.dataset} is not available", flush=True)
             return
-        state = launch(study_jobs(a.seeds, runs, a.pretrain_steps, a.online_steps, a.retained), a, data, runs,
-                       launcher, deadline)
+        state = launch(jobs, a, data, runs, launcher, deadline)
     except KeyboardInterrupt:
         launcher.stop()
         print("interrupted: the runs stopped at their last checkpoint; run the same command to resume", flush=True)

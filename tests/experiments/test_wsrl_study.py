@@ -5,6 +5,7 @@ synthetic curves where each claim can fail."""
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,23 @@ def test_pipeline_end_to_end_then_skips_resumes_and_respects_the_deadline(study,
     resumed = [x for x in dry.splitlines() if "--resume" in x]
     assert len(resumed) == 2 and all("--total-steps 300" in x for x in resumed)
     assert any(f"train wsrl --resume {runs / 'wsrl-s0'}" in x for x in resumed)
+    # the machine replaced: the runs dir is gone; the kept copies count as done and the summary reads them
+    kept = out / "kept" / "wsrl_study"
+    assert {"cql-s0", "wsrl-s0", "rlpd-s0", "evalnoise-s0.json.gz"} <= {x.name for x in kept.iterdir()}
+    shutil.rmtree(runs)
+    study.main([*base, "--dry-run"])
+    dry = capsys.readouterr().out
+    assert all(f"# complete: {n}" in dry for n in ("cql-s0", "rlpd-s0", "evalnoise-s0", "wsrl-s0")), dry
+    runs.mkdir()
+    (runs / "study.json").write_text(json.dumps(p["study"]))
+    again = study.summarizer().summarize(runs, out)
+    assert again["runs"]["wsrl"]["0"]["kept"] and again["runs"]["wsrl"]["0"]["scores"] == wsrl["scores"]
+    assert json.loads(json.dumps([again["eval_noise"], again["claims"]])) == [p["eval_noise"], p["claims"]]
+    # without WSRL's kept copy its run must start over, and so must the cql run it starts from
+    shutil.rmtree(kept / "wsrl-s0")
+    study.main([*base, "--dry-run"])
+    dry = capsys.readouterr().out
+    assert "# complete: rlpd-s0" in dry and "# complete: cql-s0" not in dry and "train cql --dataset" in dry
     # a stage the deadline cannot fit does not start, nor do the runs that wait for it
     late = tmp_path / "late"
     a = study.parse_args(["--dataset", hopper_data, "--runs-dir", str(late), *TINY, "--pretrain-rate", "0.01",
