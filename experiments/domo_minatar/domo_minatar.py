@@ -235,6 +235,8 @@ def collect(a: argparse.Namespace) -> dict:
             for seed in a.seeds:
                 d = run_dir(a.runs_dir, game, variant, seed)
                 rows = read_jsonl(d / "metrics.jsonl")
+                ends = next((i for i, r in enumerate(rows) if r["step"] >= a.frames), len(rows) - 1)
+                rows = rows[: ends + 1]  # up to the budget (a run continued past it: the study at fewer frames)
                 if not rows:
                     continue
                 late = rows[len(rows) // 10:]  # past the first tenth (start-up)

@@ -203,3 +203,15 @@ def test_random_play_is_measured_through_the_env(mod):
     assert 0 < r["std"] < 5  # its returns: 0 to a few bricks
     assert 0 <= r["return"] < 2
     assert mod.random_score("Breakout", steps=640, num_envs=8, seed=0) == r  # seeded
+
+
+def test_runs_continued_past_the_budget_are_read_up_to_it(mod, tmp_path):
+    """The study at 2M frames read from runs that went on to 5M: curves and finals stop at the budget."""
+    a = args(mod, tmp_path)
+    for g in GAMES:
+        for v in mod.VARIANTS:
+            fabricate(a.runs_dir, g, v, 0, frames=2 * FRAMES + 640)
+    p = mod.summarize(a)
+    run = p["per_game"]["Breakout"]["variants"]["domo-k0.9"]["0"]
+    assert run["frames"] == FRAMES and run["curve"][-1][0] == FRAMES and len(run["curve"]) == 10
+    assert run["final"] == pytest.approx(level("domo-k0.9", "Breakout", 0))
