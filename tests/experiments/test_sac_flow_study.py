@@ -85,7 +85,8 @@ def test_pipeline_end_to_end_then_skips_and_resumes(study, summarize, tmp_path, 
 
 
 def test_deadline_starts_nothing_that_cannot_finish(study, tmp_path, capsys):
-    a = study.parse_args(["--runs-dir", str(tmp_path), *TINY, "--rate-scale", "1e-4"])  # SAC 0.003 env steps/s
+    a = study.parse_args(["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"), *TINY,  # nothing kept
+                          "--rate-scale", "1e-4"])  # SAC 0.003 env steps/s
     deadline = study.parse_deadline("+10m", datetime.datetime.now().astimezone())
     jobs = study.study_jobs("hopper", ["sac", "flow-t"], [0], tmp_path)
     assert study.launch(jobs, a, tmp_path, deadline) == {"hopper-flow-t-s0": "deadline", "hopper-sac-s0": "deadline"}
@@ -108,7 +109,8 @@ def test_deadline_parsing(study):
 def test_sigterm_stops_the_running_runs(study, tmp_path, monkeypatch, capsys):
     """The launch loop with stand-in runs (sleeping processes): SIGTERM to the study stops both and raises Stop."""
     monkeypatch.setattr(study, "command", lambda job, a: [sys.executable, "-c", "import time; time.sleep(60)"])
-    a = study.parse_args(["--runs-dir", str(tmp_path), *TINY, "--jobs", "2", "--poll", "0.05"])
+    a = study.parse_args(["--runs-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"), *TINY, "--jobs", "2",
+                          "--poll", "0.05"])
     jobs = study.study_jobs("hopper", ["sac", "flow-g", "flow-t"], [0], tmp_path)
     previous = signal.signal(signal.SIGTERM, study._on_sigterm)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
