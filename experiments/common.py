@@ -480,6 +480,17 @@ def read_dir(run_dir: Path, kept: Path) -> Path:
     return unpack_kept(kept)
 
 
+def read_kept_run(run_dir: Path, kept: Path, read) -> dict | None:
+    """``read(folder)`` of the live run, else of its kept copy, marked ``kept`` (read from the copy); a live run that
+    ``read`` finds ``complete`` is kept first. ``read`` returns a dict with ``complete``, or None (nothing to read)."""
+    r = read(read_dir(run_dir, kept))
+    if r is not None:
+        r["kept"] = not (run_dir / "metrics.jsonl").is_file()
+        if r["complete"] and not r["kept"]:
+            keep_run(run_dir, kept)
+    return r
+
+
 def unpack_kept(kept: Path) -> Path:
     """``kept``'s files unpacked under their own names into a temporary folder with ``kept``'s name (the run's)."""
     dest = Path(tempfile.mkdtemp(prefix="ctrl_rl_kept_")) / kept.name

@@ -248,7 +248,8 @@ def summarize(args: argparse.Namespace) -> None:
         per_seed = {}
         for name in names:
             d, kept = runs / name, kept_dir(name)
-            if steps_done(d) >= kept_step(kept) and steps_done(d) > 0:
+            live = steps_done(d)
+            if live >= kept_step(kept) and live > 0:
                 keep_run(d, kept, KEEP)  # the live run has gone at least as far as the kept copy
             else:
                 d = unpack_kept(kept)  # the kept copy went further (an earlier machine)

@@ -44,8 +44,7 @@ from common import (  # noqa: E402
     improvement_seeds,
     iqm_ci,
     iqm_seeds,
-    keep_run,
-    read_dir,
+    read_kept_run,
     write_result,
 )
 
@@ -177,15 +176,10 @@ def summarize(runs_dir: Path, out_dir: Path = RESULTS, name: str = "sac_flow_stu
     runs: dict[str, dict[int, dict]] = {}
     for v in study["variants"]:
         for s in study["seeds"]:
-            live = runs_dir / f"{study['task']}-{v}-s{s}"
-            kept = out_dir / "kept" / live.name
-            r = read_run(read_dir(live, kept), study["steps"])
-            if r is None:
-                continue
-            r["kept"] = not (live / "metrics.jsonl").is_file()  # read from the kept copy
-            if r["complete"] and not r["kept"]:
-                keep_run(live, kept)
-            runs.setdefault(v, {})[s] = r
+            run = f"{study['task']}-{v}-s{s}"
+            r = read_kept_run(runs_dir / run, out_dir / "kept" / run, lambda d: read_run(d, study["steps"]))
+            if r is not None:
+                runs.setdefault(v, {})[s] = r
     aggregate = {}
     for v, rs in runs.items():
         done = [r for r in rs.values() if r["complete"]]

@@ -48,9 +48,8 @@ from common import (  # noqa: E402
     improvement_seeds,
     iqm_ci,
     iqm_seeds,
-    keep_run,
     kept_rows,
-    read_dir,
+    read_kept_run,
     write_gz,
     write_result,
 )
@@ -266,14 +265,10 @@ def summarize(runs_dir: Path, out_dir: Path = RESULTS, refs: str = "d4rl", name:
     for m in METHODS:
         budget = study["pretrain_steps"] if m == "cql" else study["online_steps"]
         for s in study["seeds"]:
-            live, kept = runs_dir / f"{m}-s{s}", out_dir / "kept" / name / f"{m}-s{s}"
-            r = read_run(read_dir(live, kept), m, budget, score)
-            if r is None:
-                continue
-            r["kept"] = not (live / "metrics.jsonl").is_file()  # read from the kept copy
-            if r["complete"] and not r["kept"]:
-                keep_run(live, kept)
-            runs.setdefault(m, {})[s] = r
+            r = read_kept_run(runs_dir / f"{m}-s{s}", out_dir / "kept" / name / f"{m}-s{s}",
+                              lambda d, m=m, budget=budget: read_run(d, m, budget, score))
+            if r is not None:
+                runs.setdefault(m, {})[s] = r
     noise = noise_estimates(runs_dir, study["seeds"], study["eval_episodes"], scale, out_dir / "kept" / name)
     claims = check_claims(runs, {s: n["se_points"] for s, n in noise.items()})
     commits = sorted({c for rs in runs.values() for r in rs.values() for c in (r["commit"], r["resumed_commit"]) if c})
