@@ -34,3 +34,12 @@ def cli(*args, cwd=ROOT, timeout=300) -> subprocess.CompletedProcess:
     """``python -m ctrl_rl ARGS`` in a subprocess (matplotlib headless), its output captured."""
     return subprocess.run([sys.executable, "-m", "ctrl_rl", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=timeout, env={**os.environ, "MPLBACKEND": "Agg"})
+
+
+def local_references(monkeypatch, path: Path, scores: dict[str, tuple[float, float]]) -> Path:
+    """Local reference scores (task -> (random, expert)) written to ``path`` and made the ones ``"local"`` reads for
+    this test (tests/conftest.py points the default elsewhere, so no test depends on what another one generated)."""
+    from ctrl_rl.storage.datasets.scores import LOCAL_REFS_ENV, ReferenceScores, save_local_references
+
+    monkeypatch.setenv(LOCAL_REFS_ENV, str(path))
+    return save_local_references({k: ReferenceScores(r, e) for k, (r, e) in scores.items()}, path, source="test")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts import experiment_script
+from tests.scripts import experiment_script, local_references
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +29,16 @@ def fake_run(d: Path, curve: dict[int, float], commit: str = "abc1234", resumed:
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_a_run_reads_as_its_evaluations_with_local_scores_and_commits(summ, tmp_path):
+def test_a_run_reads_as_its_evaluations_with_local_scores_and_commits(summ, tmp_path, monkeypatch):
     from ctrl_rl.storage.datasets.scores import normalized_score
+
+    local_references(monkeypatch, tmp_path / "refs.json", {"halfcheetah": (-300.0, 10000.0)})
 
     fake_run(tmp_path / "mopo-s0", {2000: 100.0, 4000: 2500.0}, resumed="def5678")
     run = summ.read_run(tmp_path / "mopo-s0", "HalfCheetah-v5")
     assert run["steps"] == [2000, 4000] and run["returns"] == [100.0, 2500.0] and run["last_step"] == 4000
     assert run["scores"][1] == pytest.approx(float(normalized_score("HalfCheetah-v5", 2500.0, "local")[0]))
+    assert run["scores"][1] == pytest.approx(100 * 2800 / 10300)  # the local references, not D4RL's
     assert (run["commit"], run["resumed_commit"]) == ("abc1234", "def5678")
     assert summ.score_at(run, 3999) == run["scores"][0] and summ.score_at(run, 1999) is None
     (tmp_path / "empty").mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scripts import ROOT, experiment_script
+from tests.scripts import ROOT, experiment_script, local_references
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,10 @@ def ctrl_rl_agent(d: Path, returns: dict[int, float], rate: float) -> Path:
     return d
 
 
-def test_scores_at_one_step_welch_speed_and_fits(cmp, tmp_path):
+def test_scores_at_one_step_welch_speed_and_fits(cmp, tmp_path, monkeypatch):
     from ctrl_rl.storage.datasets.scores import normalized_score
+
+    local_references(monkeypatch, tmp_path / "refs.json", {"halfcheetah": (-300.0, 10000.0)})
 
     ours = tmp_path / "ctrl"
     for s, ret in enumerate((3000.0, 3100.0, 2900.0)):
@@ -43,6 +45,7 @@ def test_scores_at_one_step_welch_speed_and_fits(cmp, tmp_path):
     runs = [cmp.ctrl_rl_agent(ours / f"ravl-s{s}", "HalfCheetah-v5") for s in range(3)]
     assert [r["seed"] for r in runs] == [0, 1, 2] and runs[0]["grad_steps_per_s"] == 24.0
     assert cmp.at_step(runs[1], 20000) == pytest.approx(float(normalized_score("HalfCheetah-v5", 3100.0, "local")[0]))
+    assert cmp.at_step(runs[1], 20000) == pytest.approx(100 * 3400 / 10300)
     assert cmp.at_step(runs[1], 15000) is None
     off = [cmp.official_agent(official_agent(tmp_path / f"off{s}", s, {20000: 35.0 + s}, 9.0)) for s in range(3)]
     w = cmp.welch([cmp.at_step(r, 20000) for r in runs], [cmp.at_step(r, 20000) for r in off])
