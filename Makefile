@@ -33,8 +33,10 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
+# the slow learning tests, also a file per worker (2026-11-27, beside two study runs on the 2 cores: 945 s with two
+# workers; the PPO learning file alone, 830 s of it, holds one worker while the other runs the rest)
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 # ruff over the package, tests and experiments, and pyright over the package (basic; strict on core/); settings in
 # pyproject.toml
