@@ -500,6 +500,28 @@ def unpack_kept(kept: Path) -> Path:
     return dest
 
 
+def merged_study_record(path: Path, record: dict, *, same: tuple[str, ...], union: tuple[str, ...]) -> dict:
+    """A runner's settings ``record`` (what its summary reads from ``path``, ``<runs-dir>/study.json``) with what
+    earlier invocations on the same runs dir covered: where the record in ``path`` agrees on every key of ``same``,
+    each key of ``union`` becomes the union of both (a list: the earlier entries first; a dict: merged, this call's
+    entries winning), so that a second invocation for part of the study (one seed, one variant, run beside the first
+    to use a free core) does not narrow what the summary reads. ``invocations`` lists every command line."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and all(old.get(k) == record.get(k) for k in same):
+        for k in union:
+            if isinstance(record.get(k), dict) and isinstance(old.get(k), dict):
+                record[k] = {**old[k], **record[k]}
+            elif isinstance(record.get(k), list) and isinstance(old.get(k), list):
+                record[k] = list(dict.fromkeys([*old[k], *record[k]]))
+        record["invocations"] = [*old.get("invocations", [old.get("command")]), record.get("command")]
+    else:
+        record["invocations"] = [record.get("command")]
+    return record
+
+
 def load_module(path: Path, name: str):
     """The Python file ``path`` as a module named ``name`` (a study's sibling script such as its summarize.py, under a
     name of its own: several studies have a summarize.py)."""

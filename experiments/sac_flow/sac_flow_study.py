@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, kept_step, load_module, parse_deadline  # noqa: E402
+from common import ROOT, kept_step, load_module, merged_study_record, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 MARGIN = 1.15  # estimates are stretched by this much before they are compared with the deadline
@@ -287,7 +287,11 @@ def main(argv: list[str] | None = None) -> None:
     deadline = parse_deadline(a.deadline, datetime.datetime.now().astimezone())
     runs.mkdir(parents=True, exist_ok=True)
     this = shlex.join(["python", "experiments/sac_flow/sac_flow_study.py", *argv])
-    (runs / "study.json").write_text(json.dumps(study_record(a, this), indent=2) + "\n")
+    record = merged_study_record(runs / "study.json", study_record(a, this), same=("task",),
+                                 union=("variants", "seeds", "commands"))
+    record["variants"] = [v for v in VARIANTS if v in record["variants"]]  # the tables' order
+    record["seeds"] = sorted(record["seeds"])
+    (runs / "study.json").write_text(json.dumps(record, indent=2) + "\n")
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         state = launch(jobs, a, runs, deadline)

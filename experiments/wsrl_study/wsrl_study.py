@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # experiments/: common.py
-from common import ROOT, Launcher, kept_rows, kept_step, load_module, parse_deadline  # noqa: E402
+from common import ROOT, Launcher, kept_rows, kept_step, load_module, merged_study_record, parse_deadline  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent  # this study's folder: its results live beside the script
 ONLINE = ("wsrl", "rlpd", "retained")
@@ -373,7 +373,10 @@ def main(argv: list[str] | None = None) -> None:
     try:  # every job kept complete (another machine ran them): no dataset to make
         data = a.dataset if all(complete(j) for j in jobs) else resolve_dataset(a, runs, launcher, deadline)
         if not a.dry_run:
-            (runs / "study.json").write_text(json.dumps(study_record(a, data, this), indent=2) + "\n")
+            record = merged_study_record(runs / "study.json", study_record(a, data, this),
+                                         same=("env", "dataset", "dataset_arg"), union=("seeds",))
+            record["seeds"] = sorted(record["seeds"])
+            (runs / "study.json").write_text(json.dumps(record, indent=2) + "\n")
         if data is None:
             print(f"[skip] every run: dataset {a.dataset} is not available", flush=True)
             return

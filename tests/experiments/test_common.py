@@ -81,3 +81,26 @@ def test_one_method_over_seeds_iqm_and_improvement_with_a_given_aggregator():
 
         assert common.iqm_seeds([1.0, 3.0], mean_ci) == {"iqm": 2.0, "ci95": [1.0, 3.0]} and seen == {"x": [1.0, 3.0]}
         assert common.improvement_seeds([2.0, 4.0], [1.0, 3.0], pairs_ci)["p"] == 0.75
+
+
+def test_a_study_record_keeps_what_earlier_invocations_covered(tmp_path):
+    with experiment_script("experiments/common.py", "bench_common") as common:
+        path = tmp_path / "study.json"
+        first = common.merged_study_record(path, {"command": "a", "task": "hopper", "seeds": [0, 1, 2],
+                                                  "variants": ["sac", "flow-g"], "commands": {"sac": "x"}},
+                                           same=("task",), union=("seeds", "variants", "commands"))
+        assert first["invocations"] == ["a"]
+        path.write_text(json.dumps(first))
+        second = common.merged_study_record(path, {"command": "b", "task": "hopper", "seeds": [2, 3],
+                                                   "variants": ["flow-t"], "commands": {"flow-t": "y", "sac": "z"},
+                                                   "steps": 10},
+                                            same=("task",), union=("seeds", "variants", "commands"))
+        assert second == {"command": "b", "task": "hopper", "seeds": [0, 1, 2, 3], "steps": 10,
+                          "variants": ["sac", "flow-g", "flow-t"], "commands": {"sac": "z", "flow-t": "y"},
+                          "invocations": ["a", "b"]}
+        other = common.merged_study_record(path, {"command": "c", "task": "halfcheetah", "seeds": [5]},
+                                           same=("task",), union=("seeds",))
+        assert other == {"command": "c", "task": "halfcheetah", "seeds": [5], "invocations": ["c"]}  # not merged
+        path.write_text("{not json")
+        fresh = common.merged_study_record(path, {"command": "d", "seeds": [1]}, same=(), union=("seeds",))
+        assert fresh["seeds"] == [1] and fresh["invocations"] == ["d"]

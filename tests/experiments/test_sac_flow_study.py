@@ -69,6 +69,12 @@ def test_pipeline_end_to_end_then_skips_and_resumes(study, summarize, tmp_path, 
     assert "--velocity decoded" in lines[0] and "--resume" not in lines[0]  # flow-t first: the longest
     assert f"train sac_flow --resume {runs / 'hopper-flow-g-s0'} --total-steps 300" in lines[1]
     assert "--velocity" not in lines[1] and "--flow-hidden" not in lines[1]
+    # a second invocation for part of the study (here refused by its deadline) widens study.json, never narrows it
+    study.main([*base, "--variants", "flow-t", "--seeds", "1", "--rate-scale", "1e-4", "--deadline", "+1m"])
+    rec = json.loads((runs / "study.json").read_text())
+    assert rec["variants"] == ["sac", "flow-g", "flow-t"] and rec["seeds"] == [0, 1] and len(rec["invocations"]) == 2
+    assert set(rec["commands"]) == {"sac", "flow-g", "flow-t"}
+    assert "[start]" not in capsys.readouterr().out  # nothing launched
     # the machine replaced: the run directories are gone; the kept copies count as done and the summary reads them
     assert {p.name for p in (out / "kept" / "hopper-sac-s0").iterdir()} == {"config.json.gz", "metrics.jsonl.gz"}
     kept = (out / "kept" / "hopper-sac-s0" / "metrics.jsonl.gz").read_bytes()
