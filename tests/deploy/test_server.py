@@ -213,9 +213,15 @@ def test_a_killed_server_makes_the_robot_hold_at_the_next_tick_and_the_loop_reco
         end = time.monotonic() + 60
         while robot._len == 10 and time.monotonic() < end:  # held until it answers
             assert loop.tick()
-        for _ in range(4):
+        # four more steps; on a loaded machine a tick can hold on a late answer (the watchdog's job, counted as
+        # another outage), so the ticks are bounded rather than exactly four (it once took five, 2026-11-27)
+        held = loop.held
+        for _ in range(40):
+            if robot._len == 15:
+                break
             assert loop.tick()
-        assert robot._len == 15 and loop.outages == 1 and loop.stats()["safe_stop"] is None
+        assert robot._len == 15 and loop.stats()["safe_stop"] is None
+        assert loop.outages <= 1 + (loop.held - held), (loop.outages, loop.held - held)  # the kill: one outage
         assert re.search(r"answers again at tick \d+, after [\d.]+ s", capsys.readouterr().err)
     finally:
         loop.close()
