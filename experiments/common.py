@@ -500,12 +500,14 @@ def unpack_kept(kept: Path) -> Path:
     return dest
 
 
-def merged_study_record(path: Path, record: dict, *, same: tuple[str, ...], union: tuple[str, ...]) -> dict:
+def merged_study_record(path: Path, record: dict, *, same: tuple[str, ...], union: tuple[str, ...],
+                        order: dict | None = None) -> dict:
     """A runner's settings ``record`` (what its summary reads from ``path``, ``<runs-dir>/study.json``) with what
     earlier invocations on the same runs dir covered: where the record in ``path`` agrees on every key of ``same``,
     each key of ``union`` becomes the union of both (a list: the earlier entries first; a dict: merged, this call's
     entries winning), so that a second invocation for part of the study (one seed, one variant, run beside the first
-    to use a free core) does not narrow what the summary reads. ``invocations`` lists every command line."""
+    to use a free core) does not narrow what the summary reads; ``order`` (key -> sort key) sorts a merged list.
+    ``invocations`` lists every command line."""
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -519,6 +521,8 @@ def merged_study_record(path: Path, record: dict, *, same: tuple[str, ...], unio
         record["invocations"] = [*old.get("invocations", [old.get("command")]), record.get("command")]
     else:
         record["invocations"] = [record.get("command")]
+    for k, key in (order or {}).items():
+        record[k] = sorted(record[k], key=key)
     return record
 
 

@@ -288,9 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     runs.mkdir(parents=True, exist_ok=True)
     this = shlex.join(["python", "experiments/sac_flow/sac_flow_study.py", *argv])
     record = merged_study_record(runs / "study.json", study_record(a, this), same=("task",),
-                                 union=("variants", "seeds", "commands"))
-    record["variants"] = [v for v in VARIANTS if v in record["variants"]]  # the tables' order
-    record["seeds"] = sorted(record["seeds"])
+                                 union=("variants", "seeds", "commands"),
+                                 order={"variants": list(VARIANTS).index, "seeds": int})  # the tables' order
     (runs / "study.json").write_text(json.dumps(record, indent=2) + "\n")
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:

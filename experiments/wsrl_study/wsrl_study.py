@@ -374,8 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         data = a.dataset if all(complete(j) for j in jobs) else resolve_dataset(a, runs, launcher, deadline)
         if not a.dry_run:
             record = merged_study_record(runs / "study.json", study_record(a, data, this),
-                                         same=("env", "dataset", "dataset_arg"), union=("seeds",))
-            record["seeds"] = sorted(record["seeds"])
+                                         same=("env", "dataset", "dataset_arg"), union=("seeds",), order={"seeds": int})
             (runs / "study.json").write_text(json.dumps(record, indent=2) + "\n")
         if data is None:
             print(f"[skip] every run: dataset {a.dataset} is not available", flush=True)
