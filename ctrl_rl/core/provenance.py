@@ -1,9 +1,11 @@
 """Which code a run ran: the package version and, in a git checkout, the commit (``+dirty`` when tracked code files
-differ from it). ``config.json`` records it, so a result can be traced to the code that produced it."""
+differ from it). ``config.json`` records it, so a result can be traced to the code that produced it; and
+``file_sha256``, the digest by which a run, an export or a dataset names the files it came from."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -44,3 +46,27 @@ def git_commit(root: str | Path, digits: int = 12) -> str | None:
 def code_version() -> dict[str, str | None]:
     """``{"ctrl_rl": version, "git": "abc123def456[+dirty]" or None}`` (None: an installed wheel, or no git)."""
     return {"ctrl_rl": __version__, "git": git_commit(Path(__file__).resolve().parents[2])}
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes (hex), read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere), for results whose float rounding
+    depends on the machine."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()

@@ -24,7 +24,6 @@ expert policy, 100 episodes each) and the medium-replay recipe (the run's first 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import pickle
@@ -91,14 +90,6 @@ def env_dims(env_id: str) -> tuple[int, int]:
         return int(obs_space.shape[0]), int(act_space.shape[0])
     finally:
         env.close()
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- building the actor ---------------------------------------------------------------------------------

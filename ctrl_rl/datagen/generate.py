@@ -10,9 +10,9 @@ Levels, for Hopper-v5, HalfCheetah-v5 and Walker2d-v5:
 * ``medium-replay``: the replay buffer of the behaviour-training run up to the medium snapshot, in insertion order.
   ``--from-run RUN_DIR`` reads it from that run's ``checkpoints/latest.pt`` (trained with ``--save-replay``, buffer
   not wrapped). Without it the seeded training recorded in the manifest is re-run in-process for that many env
-  steps in a temporary directory; this reproduces the rows exactly only on the same machine, torch version and
-  thread count (and simulator build: the training env is envpool's when installed). The replay stores neither
-  qpos/qvel nor log-probs, so this level has no ``infos/`` keys.
+  steps in a temporary directory on ``RERUN_THREADS`` torch threads; this reproduces the rows exactly only on the
+  same machine and torch version (and simulator build: the training env is envpool's when installed). The replay
+  stores neither qpos/qvel nor log-probs, so this level has no ``infos/`` keys.
 
 Rows follow the D4RL layout (docs/guides/datasets.md#d4rl-hdf5-layout): ``observations``, ``next_observations``,
 ``actions``, ``rewards``,
@@ -58,6 +58,7 @@ import gymnasium
 import numpy as np
 import torch
 
+from ctrl_rl.core.provenance import cpu_model, file_sha256
 from ctrl_rl.core.workers import LocalWorkers, WorkerPool
 from ctrl_rl.datagen import behaviour as B
 from ctrl_rl.envs.gymnasium import make
@@ -460,7 +461,7 @@ def plan(env_id: str, level: str, steps: int = 1_000_000, seed: int = 0, num_env
         if any(lv in (lvl, "medium-expert") or (lvl == "medium" and lv == "medium-replay") for lv in levels):
             path = B.behaviour_path(task, lvl)
             B.load_behaviour(path)  # refuses a missing or malformed file now
-            policies[lvl] = {"path": str(path), "sha256": B.file_sha256(path)}
+            policies[lvl] = {"path": str(path), "sha256": file_sha256(path)}
     base = {"steps": int(steps), "seed": int(seed), "num_envs": int(num_envs)}
     jobs = []
     for lvl in levels:
@@ -541,6 +542,15 @@ def _run_replay(run_dir: str, task: str, step: int, medium_policy: str) -> tuple
     return replay_rows(ck["replay"], step, int(run["num_envs"]), f"--from-run {run_dir}"), str(d)
 
 
+RERUN_THREADS = 1
+"""Torch threads of the medium-replay re-run. Fixed, not governed (``core.perf.ThreadGovernor`` follows the machine's
+load): the float rounding of every update depends on the thread count, and the re-run's rows on every update, so
+only a fixed count makes a regeneration on the same machine give the same file. Two governed regenerations of
+hopper-medium-replay-v5 on 2-core AMD EPYC machines, one beside another job (mostly one thread) and one alone (two),
+gave 920 episodes with mean return 660 and 1,527 with mean return 348 (experiments/wsrl_study/README.md). The file
+records the count and the CPU model (``threads``, ``cpu``)."""
+
+
 def _rerun_replay(training: Mapping[str, Any], step: int, progress: bool) -> dict:
     """Re-run the recorded seeded training for ``step`` env steps with --save-replay; its first ``step`` rows.
 
@@ -551,7 +561,8 @@ def _rerun_replay(training: Mapping[str, Any], step: int, progress: bool) -> dic
     with tempfile.TemporaryDirectory(prefix="ctrl_rl-medium-replay-") as tmp:
         assert base.loop is not None  # parse_saved builds the run's loop config
         loop = dataclasses.replace(base.loop, save_replay=True, keep_every=0)
-        run = dataclasses.replace(base, total_steps=step, run_dir=tmp, resume=None, progress=progress, loop=loop)
+        run = dataclasses.replace(base, total_steps=step, run_dir=tmp, resume=None, progress=progress, loop=loop,
+                                  threads=RERUN_THREADS)
         train_offpolicy(run, "sac", cfg, Path(tmp))
         ck = load_checkpoint(Path(tmp) / "checkpoints" / "latest.pt", expect_algo="sac")
         return replay_rows(ck["replay"], step, run.num_envs, "re-run of the behaviour training")
@@ -655,8 +666,11 @@ def run_jobs(jobs: list[Job], progress: bool = True, workers: int | None = None)
             training = job.inputs["training"]
             policy = (f"replay of the behaviour-training run up to the medium snapshot (step {step}) of "
                       f"`{training.get('command', '?')}`; {origin}")
-            _write(job, rows, policy, {"source": origin, "train_seed": training.get("seed")}, training.get("seed"),
-                   time.time() - t0, manifest, _versions(("envpool",)))
+            extra = {"source": origin, "train_seed": training.get("seed")}
+            if "run" not in job.inputs:  # a re-run: its rows depend on the machine and the thread count
+                extra.update(threads=RERUN_THREADS, cpu=cpu_model())
+            _write(job, rows, policy, extra, training.get("seed"), time.time() - t0, manifest,
+                   _versions(("envpool",)))
         done.add(job.path)
         return False
 

@@ -30,7 +30,6 @@ written to a temporary directory and renamed into place: a failed export leaves 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import shutil
@@ -46,6 +45,7 @@ from torch import nn
 
 from ctrl_rl.core.obs import ObsPart
 from ctrl_rl.core.protocols import ChunkPolicy, LanguagePolicy, Recurrent, RecurrentPolicy
+from ctrl_rl.core.provenance import file_sha256
 from ctrl_rl.deploy.sidecar import FORMAT_VERSION, onnx_session
 from ctrl_rl.envs.protocol import EnvSpec
 from ctrl_rl.envs.registry import spec_of
@@ -154,14 +154,6 @@ def example_inputs(spec, batch: int, gen: torch.Generator, recurrent_hidden: tor
         out += [low + u * (high - low), torch.randn(batch, generator=gen),
                 torch.randn((batch, *recurrent_hidden.shape[1:]), generator=gen) * 0.1]
     return tuple(out)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _robot_and_units(spec: EnvSpec) -> tuple[dict | None, list[str], str | None]:

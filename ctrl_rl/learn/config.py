@@ -526,12 +526,16 @@ def build_run(entry, run: dict, loop: dict, what: str = "run") -> RunConfig:
     return dataclasses.replace(from_dict(RunConfig, run, what), loop=loop_cfg)
 
 
-def save_config(path: Path, algo: str, run: RunConfig, algo_cfg: Any, code: dict | None = None) -> None:
-    """Write the resolved config as JSON (atomically): ``{"algo", "run": {..., "loop": {...}}, "config"}``, and
-    ``"code"`` when given (``RunContext``: the code the run started with, and the code of its latest resume)."""
+def save_config(path: Path, algo: str, run: RunConfig, algo_cfg: Any, code: dict | None = None,
+                data: dict | None = None) -> None:
+    """Write the resolved config as JSON (atomically): ``{"algo", "run": {..., "loop": {...}}, "config"}``,
+    ``"code"`` when given (``RunContext``: the code the run started with, and the code of its latest resume) and
+    ``"data"`` when given (``RunContext``: the dataset's path, size and sha256)."""
     payload = {"algo": algo, "run": to_dict(run), "config": to_dict(algo_cfg)}
     if code is not None:
         payload["code"] = code
+    if data is not None:
+        payload["data"] = data
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(payload, indent=2) + "\n")
     os.replace(tmp, path)

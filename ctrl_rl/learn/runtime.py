@@ -39,6 +39,7 @@ from ctrl_rl.learn.checkpoint import global_rng_state, load_checkpoint, save_che
 from ctrl_rl.learn.config import RunConfig, save_config, to_dict
 from ctrl_rl.learn.logging import RunLogger
 from ctrl_rl.learn.progress import progress_bar
+from ctrl_rl.storage.datasets.loader import dataset_fingerprint
 
 
 class TrainingDiverged(RuntimeError):
@@ -196,25 +197,51 @@ class RunContext:
         if self.checkpoint is not None:
             set_global_rng_state(self.checkpoint["rng"])
 
-    def _code(self) -> dict:
+    def _saved_config(self) -> dict:
+        """The config.json a resumed run wrote before (empty when it cannot be read, or for a new run)."""
+        if not self.resume:
+            return {}
+        try:
+            saved = json.loads((self.run_dir / "config.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
+    def _code(self, saved: dict) -> dict:
         """config.json's ``code``: ``started`` (the first launch's :func:`code_version`), and ``resumed`` (the
         latest resume's) when a resume ran other code."""
         now = code_version()
         if not self.resume:
             return {"started": now}
-        try:
-            started = json.loads((self.run_dir / "config.json").read_text())["code"]["started"]
-        except (OSError, ValueError, KeyError, TypeError):  # a run written before config.json recorded its code
-            started = None
+        code = saved.get("code")
+        started = code.get("started") if isinstance(code, dict) else None  # None: written before it was recorded
         return {"started": started} | ({"resumed": now} if started != now else {})
 
+    def _data(self, saved: dict) -> dict | None:
+        """config.json's ``data``: what ``--dataset`` held when the run started (``dataset_fingerprint``: path,
+        size, sha256). A resume on other data is refused: a generated id can name other rows after a
+        regeneration, or on another machine (``ctrl_rl.datagen.generate``, medium-replay)."""
+        if self.run.dataset is None:
+            return None
+        data = {"dataset": self.run.dataset, **dataset_fingerprint(self.run.dataset)}
+        before = saved.get("data")
+        if isinstance(before, dict) and before.get("sha256") not in (None, data["sha256"]):
+            raise UserInputError(
+                f"cannot resume {self.run_dir}: --dataset {self.run.dataset} now holds other data ({data['path']}, "
+                f"sha256 {data['sha256'][:12]}) than the run trained on ({before.get('path')}, sha256 "
+                f"{str(before['sha256'])[:12]}): expected the same data, or a new run directory")
+        return data
+
     def start(self, total: int, done: int, desc: str, unit: str = "step") -> None:
-        """Write the resolved config, open the metrics (rows after the checkpoint dropped) and the progress bar."""
+        """Write the resolved config (with the code and the data it runs on), open the metrics (rows after the
+        checkpoint dropped) and the progress bar."""
         self.saved = self.checkpoint is not None
         if self.is_main:
+            saved = self._saved_config()
+            data = self._data(saved)  # before anything is written: a refused resume leaves the run as it was
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ck_dir.mkdir(exist_ok=True)
-            save_config(self.run_dir / "config.json", self.algo_name, self.run, self.cfg, self._code())
+            save_config(self.run_dir / "config.json", self.algo_name, self.run, self.cfg, self._code(saved), data)
             self.logger = RunLogger(self.run_dir, resume_step=self.counters.get("step") if self.resume else None,
                                     resume_offset=self.counters.get("metrics_offset") if self.resume else None)
         self.bar = progress_bar(self.run.progress and self.is_main, total, done, desc, unit)

@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ctrl_rl.core.provenance import file_sha256  # noqa: E402
 from ctrl_rl.errors import UserInputError  # noqa: E402
 from ctrl_rl.learn.checkpoint import load_checkpoint  # noqa: E402
 from ctrl_rl.datagen import behaviour as B  # noqa: E402
@@ -121,7 +122,7 @@ def export(a) -> int:
                      "run": run_cfg, "algo": algo_cfg},
         **{level: {"file": records[level]["file"].name, "checkpoint_step": steps[i],
                    "eval_return_mean": results[i]["mean"], "eval_return_std": results[i]["std"],
-                   "eval_episodes": results[i]["episodes"], "sha256": B.file_sha256(records[level]["file"])}
+                   "eval_episodes": results[i]["episodes"], "sha256": file_sha256(records[level]["file"])}
            for level, i in (("medium", i_med), ("expert", i_exp))},
         "references": {"random": random_ref, "expert": {**expert_ref, "checkpoint_step": steps[i_exp]},
                        "actions": "sampled", "seeds": {"random": RANDOM_SEED, "expert": EXPERT_SEED}},

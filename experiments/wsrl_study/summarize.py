@@ -107,7 +107,8 @@ def read_run(d: Path, method: str, budget: int, score) -> dict | None:
             "wall_time_s": rows[-1].get("wall_time"), "warmup": loop.get("learning_starts"),
             "dataset": run.get("dataset"), "offline_ratio": loop.get("offline_ratio"), "init": loop.get("init"),
             "replay_excess": max((size - step for step, size in replay), default=None),
-            "commit": (code.get("started") or {}).get("git"), "resumed_commit": (code.get("resumed") or {}).get("git")}
+            "commit": (code.get("started") or {}).get("git"), "resumed_commit": (code.get("resumed") or {}).get("git"),
+            "data_sha256": (cfg.get("data") or {}).get("sha256")}
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
@@ -272,9 +273,15 @@ def summarize(runs_dir: Path, out_dir: Path = RESULTS, refs: str = "d4rl", name:
     noise = noise_estimates(runs_dir, study["seeds"], study["eval_episodes"], scale, out_dir / "kept" / name)
     claims = check_claims(runs, {s: n["se_points"] for s, n in noise.items()})
     commits = sorted({c for rs in runs.values() for r in rs.values() for c in (r["commit"], r["resumed_commit"]) if c})
+    # the dataset's sha256 each run recorded (config.json "data", since the runs record it): one value, or the
+    # runs were trained on different files under the same id (a regenerated medium-replay, another machine)
+    with_data = [r for rs in runs.values() for r in rs.values() if r.get("dataset")]
+    data = {"sha256": sorted({r["data_sha256"] for r in with_data if r.get("data_sha256")}),
+            "runs_recording": sum(bool(r.get("data_sha256")) for r in with_data), "runs_with_dataset": len(with_data)}
     payload = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "summarized_at": git_commit(),
                "study": study, "score_reference": source, "paper_budgets": PAPER,
-               "run_commits": commits, "runs": {m: {str(s): r for s, r in rs.items()} for m, rs in runs.items()},
+               "run_commits": commits, "data": data,
+               "runs": {m: {str(s): r for s, r in rs.items()} for m, rs in runs.items()},
                "eval_noise": {str(s): n for s, n in noise.items()}, "aggregate": aggregates(runs),
                "curves": {m: curve_bands(rs) for m, rs in runs.items()}, "claims": claims,
                "command": f"python experiments/wsrl_study/summarize.py --runs-dir {runs_dir} --refs {refs}"}
@@ -289,12 +296,22 @@ def _ci(a: dict | None) -> str:
     return "-" if not a else f"{a['iqm']:.1f} [{a['ci95'][0]:.1f}, {a['ci95'][1]:.1f}]"
 
 
+def _data_line(d: dict | None) -> str:
+    if not d or not d["runs_with_dataset"]:
+        return "Data: no run with a dataset yet."
+    shas = ", ".join(x[:12] for x in d["sha256"]) or "none recorded"
+    warn = " **The runs trained on different files under one id.**" if len(d["sha256"]) > 1 else ""
+    return (f"Data: sha256 {shas}, recorded by {d['runs_recording']} of the {d['runs_with_dataset']} runs that "
+            f"read the dataset (config.json `data`; runs started before it was recorded have none).{warn}")
+
+
 def markdown(p: dict) -> str:
     st, paper = p["study"], p["paper_budgets"]
     lines = [f"# WSRL's claims on {st['dataset']} ({st['env']})", "",
              f"{p['date']}; summarized at commit {p['summarized_at']}; runs recorded commits "
              f"{', '.join(p['run_commits']) or '-'}. Scores: {p['score_reference']}. IQM over seeds with 95% "
              "stratified-bootstrap CIs (rliable, 2,000 resamples), over the runs that reached the budget.", "",
+             _data_line(p.get("data")), "",
              f"Budgets: CQL pre-training {st['pretrain_steps']:,} gradient steps (WSRL's code: "
              f"{paper['pretrain_steps']:,}, {st['pretrain_steps'] / paper['pretrain_steps']:.0%}); online "
              f"{st['online_steps']:,} env steps (WSRL's code: {paper['online_steps']:,}, "

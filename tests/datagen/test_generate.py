@@ -9,7 +9,7 @@ import torch
 
 from ctrl_rl.cli import main
 from ctrl_rl.datagen.behaviour import load_behaviour, load_manifest
-from ctrl_rl.datagen.generate import collect, complete_returns, generate, replay_rows, stitch
+from ctrl_rl.datagen.generate import RERUN_THREADS, collect, complete_returns, generate, replay_rows, stitch
 from ctrl_rl.errors import UserInputError
 from ctrl_rl.storage.datasets import load_dataset
 
@@ -336,6 +336,10 @@ def test_medium_replay_re_run_reproduces_the_runs_replay(tiny_behaviour, tiny_ru
     [b] = generate("Hopper-v5", "medium-replay", out=str(tmp_path / "b.hdf5"), progress=False)
     with h5py.File(a["path"]) as fa, h5py.File(b["path"]) as fb:
         assert sorted(fa) == sorted(fb) and all(np.array_equal(fa[k][()], fb[k][()]) for k in fa)
+        extra_a, extra_b = (json.loads(str(f.attrs["ctrl_rl"]))["extra"] for f in (fa, fb))
+    # the re-run records how it ran (its rows depend on the thread count and the machine); --from-run read a replay
+    assert extra_b["threads"] == RERUN_THREADS == 1 and extra_b["cpu"] and extra_b["source"].startswith("re-run")
+    assert "threads" not in extra_a and "cpu" not in extra_a
 
 
 def test_from_run_without_replay_or_of_another_run_is_refused(tiny_behaviour, tiny_run, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ noise, WSRL, RLPD as CLI subprocesses; the summary; resume and skip commands; th
 synthetic curves where each claim can fail."""
 
 import datetime
+import hashlib
 import json
 import os
 import shutil
@@ -86,6 +87,10 @@ def test_pipeline_end_to_end_then_skips_resumes_and_respects_the_deadline(study,
     assert wsrl["steps"] == [0, 100, 200] and wsrl["complete"] and cql["steps"] == [20, 40]
     assert wsrl["init"] == str(runs / "cql-s0") and wsrl["dataset"] is None and p["runs"]["rlpd"]["0"]["dataset"]
     assert wsrl["commit"] and p["run_commits"]
+    # every run that read the dataset recorded its sha256 (cql and rlpd; wsrl reads none), and the summary says so
+    sha = hashlib.sha256(Path(hopper_data).read_bytes()).hexdigest()
+    assert p["data"] == {"sha256": [sha], "runs_recording": 2, "runs_with_dataset": 2}
+    assert f"Data: sha256 {sha[:12]}, recorded by 2 of the 2 runs" in (out / "wsrl_study.md").read_text()
     claims = {c["claim"]: c for c in p["claims"]}
     # the pre-trained policy is unchanged at online step 0, and the WSRL run never loaded the dataset
     assert claims["score at online step 0 equals the pre-trained score"]["verdict"] == "held"

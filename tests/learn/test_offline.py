@@ -77,6 +77,33 @@ def test_resume_equals_uninterrupted(pendulum_dataset, tmp_path):
     assert all(torch.equal(x, y) for x, y in zip(a["actor"].values(), b["actor"].values()))
 
 
+def test_config_records_the_data_and_a_resume_on_other_data_is_refused(pendulum_dataset, tmp_path):
+    import hashlib
+    import shutil
+
+    data = tmp_path / "pendulum-random.hdf5"
+    shutil.copy(pendulum_dataset, data)
+    run = _run(str(data), eval_every=0)
+    train_offline(run, "iql", CONFIGS["iql"], tmp_path / "r", max_iterations=20)
+    config = tmp_path / "r" / "config.json"
+    recorded = json.loads(config.read_text())["data"]
+    assert recorded == {"dataset": str(data), "path": str(data.resolve()), "bytes": data.stat().st_size,
+                        "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}
+    # the same id, other rows (a regenerated file): refused before anything is written, the run left as it was
+    with h5py.File(data, "r+") as f:
+        rewards = f["rewards"]
+        assert isinstance(rewards, h5py.Dataset)
+        rewards[0] = rewards[0] + 1.0
+    before = {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    with pytest.raises(UserInputError, match=r"cannot resume .*now holds other data .*expected the same data"):
+        train_offline(run, "iql", CONFIGS["iql"], tmp_path / "r", resume=True)
+    assert {p: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == before
+    # the data it trained on again: the resume runs to the end and keeps the record
+    shutil.copy(pendulum_dataset, data)
+    assert train_offline(run, "iql", CONFIGS["iql"], tmp_path / "r", resume=True).step == 40
+    assert json.loads(config.read_text())["data"]["sha256"] == recorded["sha256"]
+
+
 def test_dataset_must_match_the_env(pendulum_dataset, tmp_path):
     with pytest.raises(UserInputError, match="needs --dataset"):
         train_offline(_run(None), "cql", CONFIGS["cql"], tmp_path / "a")

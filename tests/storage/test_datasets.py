@@ -399,3 +399,37 @@ def test_local_references_save_load_and_refuse_when_missing(tmp_path, monkeypatc
     with pytest.raises(UserInputError, match="is malformed"):
         load_local_references(tmp_path / "bad.json")
     assert normalized_score_from({"random": 0.0, "expert": 200.0, "source": "Minari"}, 50.0) == (25.0, "Minari")
+
+
+def test_dataset_fingerprint_hashes_rows_and_lists_videos(tmp_path):
+    import hashlib
+
+    from ctrl_rl.storage.datasets.loader import dataset_fingerprint
+
+    f = tmp_path / "rows.hdf5"
+    f.write_bytes(b"abc" * 1000)
+    assert dataset_fingerprint(f) == {"path": str(f.resolve()), "bytes": 3000,
+                                      "sha256": hashlib.sha256(b"abc" * 1000).hexdigest()}
+    # a LeRobot directory: every file by path, size and bytes, except encoded videos (path and size)
+    d = tmp_path / "lerobot"
+    for rel, body in (("meta/info.json", b"{}"), ("data/chunk-000/file-000.parquet", b"rows"),
+                      ("videos/cam/chunk-000/file-000.mp4", b"frames")):
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_bytes(body)
+    first = dataset_fingerprint(d)
+    assert first["files"] == 3 and first["bytes"] == 2 + 4 + 6 and first["path"] == str(d.resolve())
+    video = d / "videos/cam/chunk-000/file-000.mp4"
+    video.write_bytes(b"FRAMES")  # same size: the same fingerprint
+    assert dataset_fingerprint(d) == first
+    video.write_bytes(b"frames!")
+    assert dataset_fingerprint(d)["sha256"] != first["sha256"]
+    video.write_bytes(b"frames")
+    (d / "data/chunk-000/file-000.parquet").write_bytes(b"ROWS")  # a changed row, same size: another fingerprint
+    assert dataset_fingerprint(d)["sha256"] != first["sha256"]
+    # a Minari dataset directory; a path that is no dataset is refused as load_dataset refuses it
+    m = tmp_path / "minari" / "mujoco" / "hopper-v0"
+    (m / "data").mkdir(parents=True)
+    (m / "data" / "metadata.json").write_text("{}")
+    assert dataset_fingerprint(m)["files"] == 1
+    with pytest.raises(UserInputError, match="does not exist"):
+        dataset_fingerprint(tmp_path / "none.hdf5")
