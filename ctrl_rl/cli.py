@@ -725,19 +725,20 @@ def cmd_data_generate(args: list[str]) -> int:
 
 
 def dataset_info(path: str, opts: DataInfoOptions) -> dict:
-    """Size, episodes, return statistics and the normalized score of a dataset's own episodes. A dataset whose
-    observation or action size is not that of ``--env`` (or of the env its record names, when that env can be
-    made here) is refused."""
+    """Size, episodes, return statistics and the normalized score of a dataset's own episodes, and its sha256 (what
+    a run that trains on it records in config.json). A dataset whose observation or action size is not that of
+    ``--env`` (or of the env its record names, when that env can be made here) is refused."""
     from ctrl_rl.storage.datasets import check_env_fits, load_dataset
     from ctrl_rl.storage.datasets.cache import resolve_dataset_id
-    from ctrl_rl.storage.datasets.loader import env_spec
+    from ctrl_rl.storage.datasets.loader import dataset_fingerprint, env_spec
     from ctrl_rl.storage.datasets.scores import normalized_score, normalized_score_from
 
     if (Path(path) / "meta" / "info.json").is_file():  # a LeRobot dataset: its own summary
         from ctrl_rl.storage.datasets.lerobot import lerobot_info
 
         info = lerobot_info(path)
-        return {"dataset": path, "format": "lerobot", **{k: v for k, v in info.items() if k != "features"}}
+        return {"dataset": path, "format": "lerobot", **{k: v for k, v in info.items() if k != "features"},
+                "sha256": dataset_fingerprint(path)["sha256"]}
     # whole episodes: the trajectory view of a file (Minari datasets have only that view); a generated
     # dataset id (hopper-medium-v5) is its file in the dataset cache
     file = Path(path) if Path(path).is_file() else resolve_dataset_id(path)
@@ -766,7 +767,8 @@ def dataset_info(path: str, opts: DataInfoOptions) -> dict:
             "terminals": int(ds.terminated.sum()), "timeouts": int(ds.truncated.sum()),
             "obs_dim": ds.obs_dim, "action_dim": ds.action_dim,
             "return_mean": float(returns.mean()), "return_std": float(returns.std(unbiased=False)),
-            "return_min": float(returns.min()), "return_max": float(returns.max())}
+            "return_min": float(returns.min()), "return_max": float(returns.max()),
+            "sha256": dataset_fingerprint(file or path)["sha256"]}
     try:
         if opts.env is None and opts.refs is None and meta.get("ref_scores"):
             score, source = normalized_score_from(meta["ref_scores"], float(returns.mean()))

@@ -1,5 +1,6 @@
 """The command line from the outside: smoke runs, eval/plot/list, and every bad-input case."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -126,6 +127,7 @@ def test_data_info_reports_episodes_returns_and_normalized_score(tmp_path):
     # D4RL hopper references: random -20.272305, expert 3234.3
     assert abs(info["normalized_score"] - 100 * (18.0 + 20.272305) / (3234.3 + 20.272305)) < 1e-6
     assert "D4RL" in info["score_reference"] or "d4rl" in info["score_reference"]
+    assert info["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()  # what a run on it records
 
 
 @pytest.mark.parametrize("algo", ["cql", "iql"])

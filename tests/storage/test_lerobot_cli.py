@@ -7,6 +7,7 @@ import pytest
 
 from ctrl_rl.cli import main
 from ctrl_rl.errors import UserInputError
+from ctrl_rl.storage.datasets.loader import dataset_fingerprint
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("av")
@@ -21,6 +22,7 @@ def test_data_info_summarises_a_lerobot_directory(name, version, episodes, frame
     assert info["format"] == "lerobot" and info["codebase_version"] == version
     assert (info["episodes"], info["frames"]) == (episodes, frames) and info["success_rate"] == success
     assert len(info["instructions"]) == 2 and info["cameras"]
+    assert info["sha256"] == dataset_fingerprint(FIXTURES / name)["sha256"]
 
 
 def test_load_dataset_reads_a_lerobot_directory_and_refuses_the_d4rl_view():
